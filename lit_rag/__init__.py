@@ -1,0 +1,7 @@
+"""lit-rag: RL trainers for retrieval-augmented generation on PyTorch Lightning."""
+
+from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+
+__version__ = "0.1.0"
+
+__all__ = ["Example", "Passage", "RewardBreakdown", "Step", "Trajectory", "__version__"]

@@ -1,0 +1,1 @@
+"""Built-in environments, registered in the ``lit_rag.environments`` entry-point group."""

@@ -1,0 +1,72 @@
+"""Rollout engine base (DESIGN.md step 2): prompts in, sampled token ids and log-probs out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one batch.
+
+    Args:
+        max_new_tokens: Token budget of the completion.
+        temperature: Softmax temperature; 0 means greedy.
+        top_p: Nucleus sampling mass.
+        top_k: Top-k cut-off; 0 disables it.
+        stop: Strings that end a completion (the stop string is kept in the output).
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class Generation:
+    """One completion from the engine.
+
+    Args:
+        token_ids: Generated ids, ``[C]``, without padding (the EOS token is kept if produced).
+        logprobs: ``[C]`` log-probs of ``token_ids`` under the sampling distribution.
+        text: Decoded completion without special tokens.
+        finished: True when it ended on EOS or a stop string; False when it hit the budget.
+    """
+
+    token_ids: torch.Tensor
+    logprobs: torch.Tensor
+    text: str
+    finished: bool
+
+
+class RolloutEngine(ABC):
+    """Generates completions from the current policy.
+
+    The :class:`~lit_rag.modules.policy.PolicyModule` binds the engine to its live model and
+    tokenizer with :meth:`bind`, and calls :meth:`sync_weights` after each optimizer step
+    (a no-op for engines that sample from the live model).
+    """
+
+    model: torch.nn.Module | None = None
+    tokenizer: object | None = None
+
+    def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
+        """Attach the policy the engine samples from."""
+        self.model = model
+        self.tokenizer = tokenizer
+
+    @abstractmethod
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """One completion per prompt (prompts are token-id lists, repeated for groups)."""
+
+    def sync_weights(self) -> None:
+        """Push the policy's new weights to the engine's copy, if it keeps one."""
