@@ -1,0 +1,55 @@
+"""``RolloutSampleLogger``: prompts, completions and reward components to a JSONL file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+
+class RolloutSampleLogger(Callback):
+    """Writes a few rollouts every ``every_n_steps`` training steps (rank zero only).
+
+    Args:
+        path: Output JSONL (default: ``<log_dir>/rollouts.jsonl``).
+        every_n_steps: How often to write.
+        max_per_step: Trajectories written per step (the first ones of the batch).
+        include_prompt: Also write the prompt text.
+    """
+
+    def __init__(self, path: str | None = None, every_n_steps: int = 1, max_per_step: int = 4, include_prompt: bool = False) -> None:
+        self.path = path
+        self.every_n_steps = max(1, every_n_steps)
+        self.max_per_step = max_per_step
+        self.include_prompt = include_prompt
+        self._calls = 0
+
+    def _target(self, trainer: Trainer) -> Path:
+        if self.path:
+            return Path(self.path)
+        return Path(trainer.log_dir or trainer.default_root_dir) / "rollouts.jsonl"
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+        self._calls += 1
+        rollout = getattr(pl_module, "last_rollout", None)
+        if rollout is None or not trainer.is_global_zero or (self._calls - 1) % self.every_n_steps:
+            return
+        trajectories, rewards = rollout
+        target = self._target(trainer)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a", encoding="utf-8") as f:
+            for i, t in enumerate(trajectories[: self.max_per_step]):
+                row = {
+                    "step": trainer.global_step,
+                    "example_id": t.example.id,
+                    "group": t.group,
+                    "completion": t.text,
+                    "answers": t.example.answers,
+                    "truncated": t.truncated,
+                    "reward": float(rewards.total[i].sum()),
+                    "components": {k: float(v[i].sum()) for k, v in rewards.components.items()},
+                }
+                if self.include_prompt:
+                    row["prompt"] = t.prompt_text
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")

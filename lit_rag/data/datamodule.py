@@ -1,0 +1,348 @@
+"""``QADataModule``: batches of :class:`~lit_rag.types.Example` for every recipe.
+
+A batch is a plain ``list[Example]``: environments build prompts from examples, so no tensors
+are made here. The train loader is a :class:`ResumableLoader`, whose position (epoch and batches
+already yielded) is saved in Lightning checkpoints and restored on ``fit(ckpt_path=...)``, so a
+resumed run sees exactly the batches the uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from lit_rag.data.readers import FORMATS, read_examples
+from lit_rag.data.synthetic import SyntheticWorld
+from lit_rag.types import Example
+
+SYNTHETIC = "synthetic"
+
+
+def collate_examples(batch: list[Example]) -> list[Example]:
+    """Collate function that keeps a batch as the list of examples it is."""
+    return batch
+
+
+class ResumableLoader:
+    """Shuffled batches of examples whose position survives a checkpoint.
+
+    Epoch ``e`` visits the examples in the order of a permutation drawn from
+    ``random.Random(f"{seed}-{e}")``. The epoch counter starts at ``epoch`` and moves on each
+    time a new pass starts; ``state_dict()`` records the epoch and the number of batches
+    yielded in it, and after ``load_state_dict()`` the next pass replays the same permutation
+    without the batches already yielded. Lightning saves and restores the state of any train
+    loader with ``state_dict`` / ``load_state_dict`` (``CombinedLoader._state_dicts``), so this
+    needs no ``DataLoader`` base class.
+
+    With several processes (``num_replicas`` > 1), each rank takes every ``num_replicas``-th
+    example of the permutation after dropping the tail that does not divide evenly, so all
+    ranks run the same number of batches.
+
+    Args:
+        examples: The examples to serve.
+        batch_size: Examples per batch; the last batch of an epoch may be smaller.
+        shuffle: Draw a new permutation each epoch; False keeps file order.
+        seed: Seed of the permutations.
+        epoch: Epoch of the first pass.
+        num_replicas: Number of data-parallel processes.
+        rank: This process's rank among them.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[Example],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        epoch: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
+        self.examples = list(examples)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self._epoch = epoch
+        self._batches_yielded = 0
+        self._started = False  # has a pass of ``self._epoch`` begun?
+        self._resume = False  # set by load_state_dict: the next pass continues ``self._epoch``
+
+    def __len__(self) -> int:
+        per_rank = len(self.examples) // self.num_replicas
+        return -(-per_rank // self.batch_size)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or, before any pass, the first) pass."""
+        return self._epoch
+
+    def indices(self, epoch: int) -> list[int]:
+        """This rank's example indices for ``epoch``, in the order they are served."""
+        order = list(range(len(self.examples)))
+        if self.shuffle:
+            random.Random(f"{self.seed}-{epoch}").shuffle(order)
+        usable = len(order) - len(order) % self.num_replicas
+        return order[:usable][self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[list[Example]]:
+        # A generator: the bookkeeping runs on the first ``next()``, so a probing ``iter()``
+        # (Lightning checks that loaders are iterable) does not start an epoch.
+        if self._resume:
+            self._resume = False
+            if self._batches_yielded >= len(self):  # saved at the very end of an epoch
+                self._epoch += 1
+                self._batches_yielded = 0
+        else:
+            if self._started:
+                self._epoch += 1
+            self._batches_yielded = 0
+        self._started = True
+        epoch = self._epoch
+        order = self.indices(epoch)
+        for start in range(self._batches_yielded * self.batch_size, len(order), self.batch_size):
+            batch = [self.examples[i] for i in order[start : start + self.batch_size]]
+            self._batches_yielded += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        """Position in the data: ``{"epoch": e, "batches_yielded": b}``."""
+        return {"epoch": self._epoch, "batches_yielded": self._batches_yielded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next pass resumes that epoch's permutation."""
+        missing = {"epoch", "batches_yielded"} - set(state)
+        if missing:
+            raise KeyError(
+                f"ResumableLoader state lacks {sorted(missing)}; got keys {sorted(state)}"
+            )
+        self._epoch = int(state["epoch"])
+        self._batches_yielded = int(state["batches_yielded"])
+        self._started = True
+        self._resume = True
+
+
+def limit_references(example: Example, max_references: int | None) -> Example:
+    """Keep every gold reference and the first non-gold ones, in order, up to ``max_references``.
+
+    Distractors are dropped from the end; when the gold references alone exceed the budget,
+    all of them are kept anyway (the answer must stay reachable).
+    """
+    if max_references is None or len(example.references) <= max_references:
+        return example
+    gold = set(example.gold_ids)
+    budget = max(0, max_references - sum(p.id in gold for p in example.references))
+    kept = []
+    for passage in example.references:
+        if passage.id in gold:
+            kept.append(passage)
+        elif budget > 0:
+            kept.append(passage)
+            budget -= 1
+    return Example(
+        id=example.id,
+        question=example.question,
+        answers=list(example.answers),
+        references=kept,
+        gold_ids=list(example.gold_ids),
+        meta=dict(example.meta),
+    )
+
+
+class QADataModule(L.LightningDataModule):
+    """Question-answering data for every recipe: dataset files or the synthetic world.
+
+    Args:
+        train: Training data: a dataset file path or ``"synthetic"``.
+        val: Validation data: a file path, ``"synthetic"``, or None for no validation.
+        test: Test data: a file path, ``"synthetic"``, or None.
+        format: File format for every path: ``auto``, ``hotpotqa``, ``2wiki``, ``musique``,
+            ``flashrag`` or ``litrag``.
+        synthetic_seed: Seed of the synthetic world and its question draws.
+        num_train: Number of training examples: a cap on a file (the first ones), or how many
+            to generate (default 2000 for synthetic).
+        num_val: Same for validation and test (default 64 for synthetic).
+        hops: Hop counts of synthetic questions (cycled).
+        num_distractors: Non-gold paragraphs in each synthetic example's references.
+        max_references: Keep at most this many references per example: all gold ones, then
+            the first distractors (None keeps all).
+        batch_size: Examples per training batch (per process).
+        val_batch_size: Examples per validation/test batch (default: batch_size).
+        shuffle: Shuffle the training examples each epoch.
+        seed: Seed of the training order.
+    """
+
+    def __init__(
+        self,
+        train: str = SYNTHETIC,
+        val: str | None = SYNTHETIC,
+        test: str | None = None,
+        format: str = "auto",
+        synthetic_seed: int = 0,
+        num_train: int | None = None,
+        num_val: int | None = None,
+        hops: list[int] = [2, 3],  # noqa: B006 - copied below; a list reads best in YAML
+        num_distractors: int = 6,
+        max_references: int | None = None,
+        batch_size: int = 8,
+        val_batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self._check_args(num_train, num_val, max_references, batch_size, val_batch_size)
+        if format not in FORMATS:
+            raise ValueError(f"data.format must be one of {', '.join(FORMATS)}; got '{format}'")
+        if not hops or any(k not in (1, 2, 3, 4) for k in hops):
+            raise ValueError(f"data.hops must be a non-empty list of values in 1..4; got {hops}")
+        self.save_hyperparameters()
+        self.train_source = train
+        self.val_source = val
+        self.test_source = test
+        self.format = format
+        self.synthetic_seed = synthetic_seed
+        self.num_train = num_train
+        self.num_val = num_val
+        self.hops = list(hops)
+        self.num_distractors = num_distractors
+        self.max_references = max_references
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self._world: SyntheticWorld | None = None
+        self._splits: dict[str, list[Example]] = {}
+
+    @staticmethod
+    def _check_args(
+        num_train: int | None,
+        num_val: int | None,
+        max_references: int | None,
+        batch_size: int,
+        val_batch_size: int | None,
+    ) -> None:
+        for key, value in (("num_train", num_train), ("num_val", num_val),
+                           ("max_references", max_references), ("val_batch_size", val_batch_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"data.{key} must be >= 1 or null; got {value}")
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be >= 1; got {batch_size}")
+
+    # ------------------------------------------------------------------ loading
+
+    def world(self) -> SyntheticWorld:
+        """The synthetic world (built on first use) behind ``"synthetic"`` splits."""
+        if self._world is None:
+            self._world = SyntheticWorld(seed=self.synthetic_seed)
+        return self._world
+
+    def _synthetic(self, split: str, n: int, exclude: set[str]) -> list[Example]:
+        offset = {"train": 0, "val": 1, "test": 2}[split]
+        return self.world().examples(
+            n,
+            hops=self.hops,
+            num_distractors=self.num_distractors,
+            seed=self.synthetic_seed + offset,
+            exclude_questions=exclude,
+            id_prefix=f"syn-{self.synthetic_seed}-{split}",
+        )
+
+    def _load(self, split: str) -> list[Example]:
+        if split in self._splits:
+            return self._splits[split]
+        sources = {"train": self.train_source, "val": self.val_source, "test": self.test_source}
+        source = sources[split]
+        cap = self.num_train if split == "train" else self.num_val
+        if source is None:
+            examples: list[Example] = []
+        elif source == SYNTHETIC:
+            exclude: set[str] = set()
+            for earlier in ("train", "val")[: ("train", "val", "test").index(split)]:
+                exclude |= {ex.question for ex in self._load_if_synthetic(earlier)}
+            default = 2000 if split == "train" else 64
+            examples = self._synthetic(split, cap or default, exclude)
+        else:
+            examples = read_examples(source, format=self.format)[:cap]
+        examples = [limit_references(ex, self.max_references) for ex in examples]
+        self._splits[split] = examples
+        return examples
+
+    def _load_if_synthetic(self, split: str) -> list[Example]:
+        source = {"train": self.train_source, "val": self.val_source}[split]
+        return self._load(split) if source == SYNTHETIC else []
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load (or generate) the splits the stage needs."""
+        if stage in (None, "fit"):
+            self._load("train")
+        if stage in (None, "fit", "validate"):
+            self._load("val")
+        if stage in (None, "test"):
+            self._load("test")
+
+    def train_examples(self) -> list[Example]:
+        """The training examples (after ``num_train`` and ``max_references``)."""
+        return self._load("train")
+
+    def val_examples(self) -> list[Example]:
+        """The validation examples (empty when ``val`` is None)."""
+        return self._load("val")
+
+    def test_examples(self) -> list[Example]:
+        """The test examples (empty when ``test`` is None)."""
+        return self._load("test")
+
+    # ------------------------------------------------------------------ loaders
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        """Leave ``list[Example]`` batches as they are: they hold text, not tensors.
+
+        Lightning's default walks dataclasses with ``apply_to_collection``, which raises on the
+        frozen :class:`~lit_rag.types.Passage`; environments tokenize on the right device later.
+        """
+        if isinstance(batch, list) and all(isinstance(ex, Example) for ex in batch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def train_dataloader(self) -> ResumableLoader:
+        """Shuffled, resumable batches (``list[Example]``) for this process's rank."""
+        trainer = self.trainer
+        return ResumableLoader(
+            self.train_examples(),
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=trainer.current_epoch if trainer is not None else 0,
+            num_replicas=trainer.world_size if trainer is not None else 1,
+            rank=trainer.global_rank if trainer is not None else 0,
+        )
+
+    def _eval_loader(self, examples: list[Example]) -> DataLoader:
+        return DataLoader(
+            examples,  # type: ignore[arg-type]
+            batch_size=self.val_batch_size,
+            shuffle=False,
+            collate_fn=collate_examples,
+        )
+
+    def val_dataloader(self) -> DataLoader | list[Any]:
+        """Batches of validation examples in file order (``[]`` when there are none)."""
+        examples = self.val_examples()
+        return self._eval_loader(examples) if examples else []
+
+    def test_dataloader(self) -> DataLoader | list[Any]:
+        """Batches of test examples in file order (``[]`` when there are none)."""
+        examples = self.test_examples()
+        return self._eval_loader(examples) if examples else []

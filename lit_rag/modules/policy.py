@@ -1,0 +1,277 @@
+"""``PolicyModule``: one RL step of the GRPO family as a LightningModule (DESIGN.md, steps 1-6).
+
+The module owns the policy (and its reference) and the optimization; the environment, reward,
+algorithm and rollout engine are plugins chosen in the recipe.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningModule
+
+from lit_rag.metrics.qa import ExactMatch, TokenF1
+from lit_rag.modules.loading import ModelConfig, has_adapters, load_model, load_tokenizer
+from lit_rag.modules.logprobs import completion_logprobs
+from lit_rag.plugins.algorithms.base import Algorithm
+from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.rewards.base import Reward
+from lit_rag.rollout.base import RolloutEngine, SamplingParams
+from lit_rag.types import Example, RewardBreakdown, Trajectory
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+class PolicyModule(LightningModule):
+    """Trains a policy with an RL algorithm on rollouts from an environment.
+
+    Args:
+        policy: The model to train (path, dtype, LoRA, quantization).
+        environment: Builds prompts and runs episodes.
+        reward: Scores trajectories.
+        algorithm: Advantages and loss (``grpo``).
+        engine: Generates completions (default: ``hf`` on the live policy).
+        group_size: Samples per prompt (GRPO's G).
+        sampling: Sampling settings for training rollouts.
+        val_sampling: Sampling settings for validation (default: greedy, same budget).
+        micro_batch_size: Sequences per forward/backward pass (gradient accumulation).
+        lr: Peak learning rate (AdamW).
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_steps: Linear warm-up optimizer steps.
+        lr_schedule: ``constant``, ``cosine`` or ``linear`` decay after warm-up.
+        max_grad_norm: Clip the gradient norm; ``None`` disables clipping.
+        logprob_chunk_tokens: Output-head rows computed at once (memory bound).
+    """
+
+    def __init__(
+        self,
+        policy: ModelConfig,
+        environment: Environment,
+        reward: Reward,
+        algorithm: Algorithm,
+        engine: RolloutEngine | None = None,
+        group_size: int = 4,
+        sampling: SamplingParams | None = None,
+        val_sampling: SamplingParams | None = None,
+        micro_batch_size: int = 8,
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.99),
+        warmup_steps: int = 0,
+        lr_schedule: str = "constant",
+        max_grad_norm: float | None = 1.0,
+        logprob_chunk_tokens: int = 512,
+    ) -> None:
+        super().__init__()
+        if group_size < 1 or micro_batch_size < 1:
+            raise ValueError(
+                f"model group_size and micro_batch_size must be >= 1, got {group_size}, {micro_batch_size}"
+            )
+        if lr_schedule not in SCHEDULES:
+            raise ValueError(f"model lr_schedule '{lr_schedule}' is not known; allowed: {', '.join(SCHEDULES)}")
+        self.automatic_optimization = False
+        self.policy_config = policy
+        self.environment = environment
+        self.reward = reward
+        self.algorithm = algorithm
+        if engine is None:
+            from lit_rag.rollout.hf import HFEngine
+
+            engine = HFEngine()
+        self.engine = engine
+        self.group_size = group_size
+        self.sampling = sampling or SamplingParams()
+        self.val_sampling = val_sampling or SamplingParams(
+            max_new_tokens=self.sampling.max_new_tokens, temperature=0.0, stop=self.sampling.stop
+        )
+        self.micro_batch_size = micro_batch_size
+        self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
+        self.warmup_steps, self.lr_schedule, self.max_grad_norm = warmup_steps, lr_schedule, max_grad_norm
+        self.logprob_chunk_tokens = logprob_chunk_tokens
+        self.model: torch.nn.Module | None = None
+        self.tokenizer = None
+        self._reference: list[torch.nn.Module] = []  # a list keeps it out of the module tree
+        self.val_em = ExactMatch()
+        self.val_f1 = TokenF1()
+        self.last_rollout: tuple[list[Trajectory], RewardBreakdown] | None = None
+        self.last_metrics: dict[str, torch.Tensor] = {}
+        self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
+
+    # ---- model ---------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """Load the policy (deferred, so recipes build without weights)."""
+        if self.model is not None:
+            return
+        self.tokenizer = load_tokenizer(self.policy_config)
+        self.model = load_model(self.policy_config)
+        if self.algorithm.needs_reference and not has_adapters(self.model):
+            reference = copy.deepcopy(self.model).eval()
+            reference.requires_grad_(False)
+            self._reference = [reference]
+        self.engine.bind(self.model, self.tokenizer)
+
+    def reference_logprobs(self, batch: dict, width: int) -> torch.Tensor:
+        """Reference log-probs: adapters disabled under LoRA, else the frozen copy."""
+        if has_adapters(self.model):
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, batch, width)
+        reference = self._reference[0]
+        if next(reference.parameters()).device != self.device:
+            reference.to(self.device)
+        return self._logprobs(reference, batch, width)
+
+    def _logprobs(self, model: torch.nn.Module, batch: dict, width: int) -> torch.Tensor:
+        temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
+        return completion_logprobs(
+            model, batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device),
+            width, temperature=temperature, chunk_tokens=self.logprob_chunk_tokens,
+        )
+
+    # ---- one RL step (DESIGN.md, "Who calls whom") ---------------------------------------
+    def training_step(self, batch: list[Example], batch_idx: int) -> None:
+        started = time.perf_counter()
+        trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2
+        rewards = self.reward(trajectories)  # step 3
+        prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
+        rolled = time.perf_counter()
+        metrics = self.optimize(prepared)  # step 5
+        self.engine.sync_weights()
+        metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
+        metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
+        metrics["time/rollout_s"] = torch.tensor(rolled - started)
+        metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
+        self.last_rollout = (trajectories, rewards)  # step 6: callbacks read these
+        self.last_metrics = metrics
+        self._log(metrics, batch_size=len(batch))
+
+    @torch.no_grad()
+    def rollout(self, examples: list[Example], params: SamplingParams, group_size: int) -> list[Trajectory]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self.environment.rollout(examples, self.engine, group_size, params)
+        finally:
+            self.model.train(was_training)
+
+    def optimize(self, prepared: dict) -> dict[str, torch.Tensor]:
+        """mu passes over the batch, each an optimizer step accumulated over micro-batches."""
+        if prepared.get("size", 0) == 0:
+            return {"train/skipped_step": torch.tensor(1.0)}
+        width = prepared["completion_mask"].shape[1]
+        slices = [slice(i, i + self.micro_batch_size) for i in range(0, prepared["size"], self.micro_batch_size)]
+        with torch.no_grad():
+            if self.algorithm.needs_reference:
+                prepared["ref_logprobs"] = torch.cat(
+                    [self.reference_logprobs(_take(prepared, s), width) for s in slices]
+                )
+            if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
+                prepared["old_logprobs"] = torch.cat(
+                    [self._logprobs(self.model, _take(prepared, s), width) for s in slices]
+                )
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        sums: dict[str, float] = {}
+        for _ in range(self.algorithm.mu):
+            for s in slices:
+                micro = _take(prepared, s)
+                micro["logprobs"] = self._logprobs(self.model, micro, width)
+                if "old_logprobs" not in prepared:
+                    micro["old_logprobs"] = micro["logprobs"].detach()
+                out = self.algorithm.loss(_to(micro, self.device))
+                self.manual_backward(out.loss)
+                for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
+                    sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value) / len(slices)
+            if self.max_grad_norm is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if scheduler is not None:
+                scheduler.step()
+        metrics = {k: torch.tensor(v / self.algorithm.mu) for k, v in sums.items()}
+        metrics["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+        return metrics
+
+    # ---- validation ----------------------------------------------------------------------
+    def validation_step(self, batch: list[Example], batch_idx: int) -> None:
+        trajectories = self.rollout(batch, self.val_sampling, 1)
+        rewards = self.reward(trajectories)
+        answers = [self.environment.extract_answer(t) for t in trajectories]
+        targets = [t.example.answers for t in trajectories]
+        self.val_em.update(answers, targets)
+        self.val_f1.update(answers, targets)
+        metrics = self._rollout_metrics(trajectories, rewards, prefix="val/reward")
+        self._log(metrics, batch_size=len(batch), on_step=False, on_epoch=True)
+        self.log("val/em", self.val_em, on_epoch=True, batch_size=len(batch), prog_bar=True)
+        self.log("val/f1", self.val_f1, on_epoch=True, batch_size=len(batch))
+
+    def test_step(self, batch: list[Example], batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    # ---- bookkeeping ---------------------------------------------------------------------
+    def _rollout_metrics(self, trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str) -> dict:
+        lengths = torch.tensor([float(t.num_generated) for t in trajectories])
+        metrics = {f"{prefix}/total": rewards.total.float().mean()}
+        for name, values in rewards.components.items():
+            metrics[f"{prefix}/{name}"] = values.float().mean()
+        head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
+        metrics[f"{head}/completion_length"] = lengths.mean()
+        metrics[f"{head}/truncated_fraction"] = torch.tensor([float(t.truncated) for t in trajectories]).mean()
+        return metrics
+
+    def _log(self, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False) -> None:
+        sync = self.trainer.world_size > 1 if self._trainer is not None else False
+        for key, value in metrics.items():
+            self.log(
+                key, value.float() if torch.is_tensor(value) else float(value), on_step=on_step,
+                on_epoch=on_epoch, batch_size=batch_size, sync_dist=sync,
+                prog_bar=key in ("reward/total", "train/kl", "val/reward/total"),
+            )
+
+    def configure_optimizers(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay, betas=self.betas)
+        total = max(1, int(self.trainer.estimated_stepping_batches) * self.algorithm.mu)
+        warmup, kind = self.warmup_steps, self.lr_schedule
+
+        def factor(step: int) -> float:
+            if warmup and step < warmup:
+                return (step + 1) / warmup
+            if kind == "constant":
+                return 1.0
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return 0.5 * (1 + np.cos(np.pi * progress)) if kind == "cosine" else 1.0 - progress
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rng_states"] = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+        }
+        if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
+            trainable = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        states = checkpoint.get("rng_states")
+        if states:
+            torch.set_rng_state(states["torch"])
+            random.setstate(states["python"])
+            np.random.set_state(states["numpy"])
+
+
+def _take(batch: dict, rows: slice) -> dict:
+    """Rows of every per-trajectory tensor in ``batch``."""
+    return {k: v[rows] for k, v in batch.items() if torch.is_tensor(v) and v.dim() > 0}
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}

@@ -1,0 +1,160 @@
+"""GRPO (DeepSeekMath Section 4.1) with the DAPO and Dr. GRPO options.
+
+Objective per token t of sample i in a group of G samples of one prompt:
+
+    A_i      = (r_i - mean(r_group)) / (std(r_group) + 1e-4)      group-normalized advantage
+    ratio    = pi_theta(o_t) / pi_old(o_t)
+    L_{i,t}  = -min(ratio * A_i, clip(ratio, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_{i,t}
+
+ARENA (Section 3.2, Appendix E): G = 7, temperature 0.9, the "stabilized" KL estimator (k2,
+see kl.py). The paper's values of beta, mu and eps were lost in our copy of Appendix E; the
+recipe uses Open-R1's defaults (beta 0.04, mu 1, eps 0.2), ARENA's framework, and says so.
+
+Aggregation (``loss_aggregation``), written as per-token weights so micro-batches just add up:
+    ``sequence``  GRPO: mean over tokens of each sample, then over samples (1 / (|o_i| N)).
+    ``token``     DAPO Section 3.3: mean over all tokens of the batch (1 / sum |o_i|).
+    ``constant``  Dr. GRPO: sum over tokens divided by N x max_completion_length.
+``scale_rewards``: ``group`` (GRPO), ``batch`` (std over the whole batch), ``none`` (Dr. GRPO).
+``drop_zero_variance_groups``: DAPO's dynamic-sampling filter (groups whose rewards are all
+equal carry no gradient); refilling the batch with new prompts is the trainer's job.
+std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rag.plugins.algorithms.base import Algorithm, LossOutput
+from lit_rag.plugins.algorithms.batching import collate
+from lit_rag.plugins.algorithms.kl import get_estimator
+from lit_rag.types import RewardBreakdown, Trajectory
+
+AGGREGATIONS = ("sequence", "token", "constant")
+SCALINGS = ("group", "batch", "none")
+
+
+class GRPO(Algorithm):
+    """Group Relative Policy Optimization.
+
+    Args:
+        beta: KL coefficient; 0 turns the reference model off.
+        kl_estimator: ``k1``, ``k2``, ``k3`` or ``stabilized`` (= k2, ARENA).
+        epsilon: Lower clip range eps_low (and upper, unless ``epsilon_high`` is set).
+        epsilon_high: Upper clip range (DAPO clip-higher: 0.28).
+        mu: Optimization passes over each rollout batch.
+        loss_aggregation: ``sequence``, ``token`` or ``constant``.
+        scale_rewards: ``group``, ``batch`` or ``none``.
+        max_completion_length: Normalizer of ``constant`` aggregation (defaults to the
+            batch's padded completion width).
+        drop_zero_variance_groups: Remove groups whose rewards are all equal.
+    """
+
+    def __init__(
+        self,
+        beta: float = 0.04,
+        kl_estimator: str = "k3",
+        epsilon: float = 0.2,
+        epsilon_high: float | None = None,
+        mu: int = 1,
+        loss_aggregation: str = "sequence",
+        scale_rewards: str = "group",
+        max_completion_length: int | None = None,
+        drop_zero_variance_groups: bool = False,
+    ) -> None:
+        if loss_aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"grpo loss_aggregation '{loss_aggregation}' is not known; allowed: {', '.join(AGGREGATIONS)}"
+            )
+        if scale_rewards not in SCALINGS:
+            raise ValueError(
+                f"grpo scale_rewards '{scale_rewards}' is not known; allowed: {', '.join(SCALINGS)}"
+            )
+        if mu < 1:
+            raise ValueError(f"grpo mu must be >= 1, got {mu}")
+        if beta < 0 or epsilon < 0:
+            raise ValueError(f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}")
+        self.beta = beta
+        self.kl_estimator = kl_estimator
+        self.kl = get_estimator(kl_estimator)
+        self.epsilon_low = epsilon
+        self.epsilon_high = epsilon if epsilon_high is None else epsilon_high
+        self.mu = mu
+        self.loss_aggregation = loss_aggregation
+        self.scale_rewards = scale_rewards
+        self.max_completion_length = max_completion_length
+        self.drop_zero_variance_groups = drop_zero_variance_groups
+
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return self.beta > 0
+
+    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Group-normalized advantages ``[N]`` and a ``[N]`` mask of zero-variance groups."""
+        advantages = torch.zeros_like(rewards)
+        flat = torch.zeros_like(rewards, dtype=torch.bool)
+        batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_tensor(0.0)
+        for g in groups.unique():
+            idx = groups == g
+            r = rewards[idx]  # [G]
+            std = r.std() if r.numel() > 1 else r.new_tensor(0.0)
+            centered = r - r.mean()
+            if self.scale_rewards == "group":
+                centered = centered / (std + 1e-4)
+            elif self.scale_rewards == "batch":
+                centered = centered / (batch_std + 1e-4)
+            advantages[idx] = centered
+            flat[idx] = bool(std < 1e-6) or r.numel() == 1
+        return advantages, flat
+
+    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> dict:
+        total = rewards.total.float()
+        if total.dim() != 1:
+            raise ValueError("grpo needs one reward per trajectory; got shape " f"{tuple(total.shape)}")
+        groups = torch.tensor([t.group for t in trajectories])
+        advantages, flat = self.advantages(total, groups)
+        keep = ~flat if self.drop_zero_variance_groups else torch.ones_like(flat)
+        metrics = {
+            "zero_variance_group_fraction": flat.float().mean(),
+            "reward_std_in_group": _mean_group_std(total, groups),
+        }
+        kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+        if not kept:
+            return {"size": 0, "metrics": metrics}
+        batch = collate(kept)
+        mask = batch["completion_mask"]  # [N, C]
+        n, width = mask.shape
+        lengths = mask.sum(-1).clamp(min=1)  # [N]
+        if self.loss_aggregation == "sequence":
+            weights = mask / (lengths.unsqueeze(-1) * n)
+        elif self.loss_aggregation == "token":
+            weights = mask / mask.sum().clamp(min=1)
+        else:
+            weights = mask / (n * (self.max_completion_length or width))
+        batch.update(
+            advantages=advantages[keep], token_weights=weights, size=n, metrics=metrics,
+        )
+        return batch
+
+    def loss(self, batch: dict) -> LossOutput:
+        logp = batch["logprobs"]  # [B, C], with grad
+        old = batch["old_logprobs"]  # [B, C]
+        mask = batch["completion_mask"]  # [B, C]
+        adv = batch["advantages"].unsqueeze(-1)  # [B, 1]
+        ratio = torch.exp(logp - old)
+        clipped = ratio.clamp(1 - self.epsilon_low, 1 + self.epsilon_high)
+        per_token = -torch.min(ratio * adv, clipped * adv)  # [B, C]
+        tokens = mask.sum().clamp(min=1)
+        metrics: dict[str, torch.Tensor] = {
+            "clip_fraction": (((ratio - clipped).abs() > 0).float() * mask).sum().detach() / tokens,
+        }
+        if self.beta > 0:
+            kl = self.kl(logp, batch["ref_logprobs"])  # [B, C]
+            per_token = per_token + self.beta * kl
+            metrics["kl"] = ((kl * mask).sum() / tokens).detach()
+        loss = (per_token * batch["token_weights"]).sum()
+        return LossOutput(loss=loss, metrics=metrics)
+
+
+def _mean_group_std(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    stds = [rewards[groups == g].std() for g in groups.unique() if int((groups == g).sum()) > 1]
+    return torch.stack(stds).mean() if stds else rewards.new_tensor(0.0)

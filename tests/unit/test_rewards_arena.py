@@ -1,0 +1,275 @@
+"""ARENA reward (Section 3.3): format, accuracy, relevance, bonus."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+
+from lit_rag.plugins.rewards.arena import ArenaReward, parse_arena
+from lit_rag.types import Example, Passage, Trajectory
+
+# Five references; gold ids "p2" and "p4" are at 1-based positions 2 and 4.
+EXAMPLE = Example(
+    id="q1",
+    question="Where is the Louvre?",
+    answers=["Paris", "Paris, France"],
+    references=[Passage(f"p{i}", f"T{i}", f"text {i}") for i in range(1, 6)],
+    gold_ids=["p4", "p2"],
+)
+PERFECT = (
+    "<relevance>[2, 4]</relevance>\n"
+    "<analysis>[2] says the Louvre is a museum; [4] places it in Paris.</analysis>\n"
+    "<answer>paris</answer>"
+)
+TAGS = ["<relevance>", "</relevance>", "<analysis>", "</analysis>", "<answer>", "</answer>"]
+
+
+def traj(text: str, example: Example = EXAMPLE) -> Trajectory:
+    ids = torch.tensor([1, 2])
+    return Trajectory(example, 0, ids, ids, torch.ones(2), torch.zeros(2), text)
+
+
+def score(text: str, example: Example = EXAMPLE, **kwargs: float) -> dict[str, float]:
+    out = ArenaReward(**kwargs)([traj(text, example)])
+    values = {name: float(value[0]) for name, value in out.components.items()}
+    values["total"] = float(out.total[0])
+    return values
+
+
+def with_relevance(body: str) -> str:
+    return PERFECT.replace("[2, 4]", body)
+
+
+def test_perfect_output_scores_13() -> None:
+    # format 1 + accuracy 1 + relevance 1 + bonus 10 = 13
+    assert score(PERFECT) == {
+        "format": 1.0, "accuracy": 1.0, "relevance": 1.0, "bonus": 10.0, "total": 13.0
+    }
+
+
+def test_wrong_answer_loses_accuracy_and_bonus() -> None:
+    # format 1 + accuracy 0 + relevance 1 + bonus 0 = 2
+    s = score(PERFECT.replace("paris", "Lyon"))
+    assert (s["format"], s["accuracy"], s["relevance"], s["bonus"], s["total"]) == (
+        1.0, 0.0, 1.0, 0.0, 2.0
+    )
+
+
+def test_alias_and_normalization_count_as_accurate() -> None:
+    assert score(PERFECT.replace("paris", "Paris, France."))["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("body", "relevance"),
+    [
+        ("[2, 4]", 1.0),
+        ("[4,2]", 1.0),  # order does not matter
+        ("4, 2", 1.0),  # brackets optional
+        ("[2, 2, 4]", 1.0),  # duplicates collapse to a set
+        ("[2]", 0.5),  # partial: {2} & {2, 4} non-empty, sets differ
+        ("[2, 3]", 0.5),  # partial: one right, one wrong
+        ("[1, 2, 4]", 0.5),  # superset is partial
+        ("[2, 4, 99]", 0.5),  # out-of-range numbers are kept as wrong citations
+        ("[1, 3]", 0.0),  # no overlap
+        ("[]", 0.0),  # empty prediction
+        ("none", 0.0),  # no numbers at all
+        ("[2, two, 4]", 1.0),  # junk between numbers is ignored
+        ("[[2], [4]]", 1.0),  # nested brackets
+        ("[ 2 ]", 0.5),
+        ("[2, 12345678901234567890, 4]", 1.0),  # runs over 9 digits are dropped as junk
+    ],
+)
+def test_relevance(body: str, relevance: float) -> None:
+    s = score(with_relevance(body))
+    assert s["relevance"] == relevance
+    assert s["format"] == 1.0
+    # bonus only when all three are 1: total = 1 + 1 + relevance + (10 if relevance == 1 else 0)
+    assert s["total"] == 2.0 + relevance + (10.0 if relevance == 1.0 else 0.0)
+
+
+def test_partial_relevance_total() -> None:
+    # format 1 + accuracy 1 + relevance 0.5 + bonus 0 = 2.5
+    assert score(with_relevance("[2]"))["total"] == 2.5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # sections out of order
+        "<analysis>..</analysis><relevance>[2, 4]</relevance><answer>paris</answer>",
+        "<relevance>[2, 4]</relevance><answer>paris</answer><analysis>..</analysis>",
+        # a duplicated section
+        PERFECT + "<answer>paris</answer>",
+        PERFECT.replace("<analysis>", "<analysis><relevance>[2, 4]</relevance>"),
+        # extra text outside the sections
+        "Sure! " + PERFECT,
+        PERFECT + " Hope this helps.",
+        PERFECT.replace("</relevance>\n", "</relevance>\nthen\n"),
+        # the answer nested inside the analysis
+        "<relevance>[2, 4]</relevance><analysis>so <answer>paris</answer></analysis>",
+    ],
+)
+def test_malformed_keeps_accuracy_and_relevance(text: str) -> None:
+    # format 0 removes the bonus; the last <answer>/<relevance> pairs are still scored
+    s = score(text)
+    assert (s["format"], s["accuracy"], s["relevance"], s["bonus"], s["total"]) == (
+        0.0, 1.0, 1.0, 0.0, 2.0
+    )
+
+
+def test_missing_answer_section() -> None:
+    # answer only stated in the analysis: accuracy 0, format 0; total = relevance 1
+    text = "<relevance>[2, 4]</relevance><analysis>The answer is Paris.</analysis>"
+    s = score(text)
+    assert (s["format"], s["accuracy"], s["relevance"], s["total"]) == (0.0, 0.0, 1.0, 1.0)
+    assert parse_arena(text).answer is None
+
+
+def test_missing_relevance_section() -> None:
+    s = score("<analysis>..</analysis><answer>Paris</answer>")
+    assert (s["format"], s["accuracy"], s["relevance"], s["total"]) == (0.0, 1.0, 0.0, 1.0)
+
+
+def test_unclosed_tags() -> None:
+    s = score("<relevance>[2, 4]<analysis>..</analysis><answer>Paris")
+    # no complete relevance or answer pair: everything 0
+    assert s == {"format": 0.0, "accuracy": 0.0, "relevance": 0.0, "bonus": 0.0, "total": 0.0}
+
+
+def test_empty_sections_are_well_formed_but_score_nothing_else() -> None:
+    s = score("<relevance></relevance><analysis></analysis><answer></answer>")
+    assert (s["format"], s["accuracy"], s["relevance"], s["total"]) == (1.0, 0.0, 0.0, 1.0)
+
+
+def test_parse_arena_fields() -> None:
+    p = parse_arena(PERFECT)
+    assert p.relevance == [2, 4]
+    assert p.analysis is not None and p.analysis.startswith("[2] says")
+    assert p.answer == "paris"
+    assert p.well_formed
+    assert parse_arena("").relevance is None
+    assert not parse_arena("").well_formed
+
+
+def test_no_gold_references_only_empty_prediction_is_full() -> None:
+    example = Example(id="q", question="?", answers=["Paris"], references=EXAMPLE.references)
+    assert score(with_relevance("[]"), example)["relevance"] == 1.0  # {} == {}
+    assert score(with_relevance("[2]"), example)["relevance"] == 0.0  # {2} & {} empty
+
+
+def test_weights_and_set_weights() -> None:
+    # 0.5*1 + 2*1 + 1*0.5 + 1*0 = 3.0 (partial relevance, no bonus)
+    assert score(with_relevance("[2]"), format_weight=0.5, accuracy_weight=2.0)["total"] == 3.0
+    reward = ArenaReward(bonus=5.0)
+    reward.set_weights({"bonus": 0.5})
+    # 1 + 1 + 1 + 0.5 * 5 = 5.5; the component reports the unweighted bonus 5
+    out = reward([traj(PERFECT)])
+    assert out.total.tolist() == [5.5]
+    assert out.components["bonus"].tolist() == [5.0]
+
+
+def test_batch_shapes_and_dtype() -> None:
+    out = ArenaReward()([traj(PERFECT), traj("junk"), traj(with_relevance("[2]"))])
+    assert out.total.tolist() == [13.0, 0.0, 2.5]
+    assert set(out.components) == {"format", "accuracy", "relevance", "bonus"}
+    assert all(v.shape == (3,) and v.dtype == torch.float32 for v in out.components.values())
+    assert ArenaReward()([]).total.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<answer>" * 25_000,  # 200 KB of unclosed nested tags
+        "<answer>" * 12_500 + "paris" + "</answer>" * 12_500,
+        "<relevance>" + "[1," * 70_000 + "</relevance>",
+        "".join(TAGS) * 5_000,
+        "None",
+        "null",
+        "\x00\x01\x1b[31m<answer>\udc80\u202e</answer>",  # NUL, ANSI escape, lone surrogate, RTL
+        "<relevance>[２, ٤]</relevance><analysis>日本語 🎉</analysis>"
+        "<answer>Ｐａｒｉｓ</answer>",
+    ],
+)
+def test_adversarial_inputs_return_numbers(text: str) -> None:
+    start = time.perf_counter()
+    out = ArenaReward()([traj(text)])
+    assert time.perf_counter() - start < 5.0  # linear scans: milliseconds
+    assert torch.isfinite(out.total).all()
+    assert 0.0 <= float(out.total[0]) <= 13.0
+
+
+def test_nested_answer_uses_innermost_pair() -> None:
+    s = score("<answer>" * 12_500 + "paris" + "</answer>" * 12_500)
+    assert (s["accuracy"], s["format"]) == (1.0, 0.0)
+
+
+def check_parse_and_reward(text: str) -> None:
+    p = parse_arena(text)
+    assert p.relevance is None or all(isinstance(i, int) and i >= 0 for i in p.relevance)
+    s = score(text)
+    assert s["format"] in (0.0, 1.0) and s["accuracy"] in (0.0, 1.0)
+    assert s["relevance"] in (0.0, 0.5, 1.0) and s["bonus"] in (0.0, 10.0)
+    # total = sum of unit-weighted components
+    assert s["total"] == s["format"] + s["accuracy"] + s["relevance"] + s["bonus"]
+    assert (s["bonus"] == 10.0) == (s["format"] == s["accuracy"] == s["relevance"] == 1.0)
+
+
+ALPHABET = [*TAGS, "<", ">", "/", "[", "]", ",", " ", "\n", "2", "4", "13", "paris", "x", "é"]
+
+
+def test_never_raise_on_seeded_random_text() -> None:
+    # Runs without hypothesis: strings built from tag pieces, and random code points.
+    rng = random.Random(0)
+    for _ in range(300):
+        check_parse_and_reward("".join(rng.choices(ALPHABET, k=rng.randrange(30))))
+        check_parse_and_reward("".join(chr(rng.randrange(0x30000)) for _ in range(30)))
+
+
+def test_never_raise_hypothesis() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    texts = st.text() | st.lists(st.sampled_from(ALPHABET)).map("".join)
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(texts)
+    def run(text: str) -> None:
+        check_parse_and_reward(text)
+
+    run()
+
+
+def test_round_trip_hypothesis() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    body = st.text(alphabet=st.characters(blacklist_characters="<"))
+    numbers = st.lists(st.integers(min_value=1, max_value=20))
+
+    @hypothesis.settings(max_examples=200, deadline=None)
+    @hypothesis.given(numbers, body, body)
+    def run(ids: list[int], analysis: str, answer: str) -> None:
+        text = (
+            f"<relevance>{ids}</relevance><analysis>{analysis}</analysis><answer>{answer}</answer>"
+        )
+        p = parse_arena(text)
+        assert p.well_formed and p.relevance == ids
+        assert (p.analysis, p.answer) == (analysis.strip(), answer.strip())
+
+    run()
+
+
+def test_round_trip_seeded() -> None:
+    rng = random.Random(1)
+    for _ in range(200):
+        ids = [rng.randrange(1, 21) for _ in range(rng.randrange(5))]
+        analysis = "".join(rng.choices(" ab\n.[]1/>é", k=rng.randrange(12)))
+        answer = "".join(rng.choices(" xy,\t2", k=rng.randrange(6)))
+        text = (
+            f" <relevance>{ids}</relevance>\n<analysis>{analysis}</analysis>"
+            f"<answer>{answer}</answer>\n"
+        )
+        p = parse_arena(text)
+        assert p.well_formed and p.relevance == ids
+        assert (p.analysis, p.answer) == (analysis.strip(), answer.strip())

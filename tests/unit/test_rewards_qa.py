@@ -1,0 +1,163 @@
+"""Normalization, EM, F1 and tag extraction (ARENA Appendix B and C)."""
+
+from __future__ import annotations
+
+import time
+
+import random
+
+import pytest
+import torch
+
+from lit_rag.plugins.rewards.qa import (
+    ExactMatchReward,
+    F1Reward,
+    exact_match,
+    extract_tag,
+    f1_score,
+    normalize_answer,
+)
+from lit_rag.types import Example, Trajectory
+
+
+def traj(text: str, answers: list[str]) -> Trajectory:
+    example = Example(id="q", question="?", answers=answers)
+    ids = torch.tensor([1, 2])
+    return Trajectory(example, 0, ids, ids, torch.ones(2), torch.zeros(2), text)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Beatles", "beatles"),  # article at the start
+        ("a cat and an owl", "cat and owl"),  # a / an as whole words only
+        ("theatre anatomy banana", "theatre anatomy banana"),  # articles inside words stay
+        ("Hello, World!", "hello world"),  # case and punctuation
+        ("U.S.A.", "usa"),  # punctuation is deleted, not replaced by a space
+        ("New_York", "new york"),  # underscore -> space *before* punctuation removal
+        ("the_beatles", "beatles"),  # so an article joined by "_" is removed too
+        ("  lots \t of\n\nspace  ", "lots of space"),  # whitespace collapsed and stripped
+        ("THE", ""),
+        ("", ""),
+    ],
+)
+def test_normalize_answer(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+def test_exact_match_any_alias() -> None:
+    assert exact_match("the Eiffel tower.", ["La tour Eiffel", "Eiffel Tower"]) == 1.0
+    assert exact_match("Eiffel", ["La tour Eiffel", "Eiffel Tower"]) == 0.0
+    assert exact_match("yes", []) == 0.0  # no gold answers: nothing can match
+
+
+def test_f1_hand_worked() -> None:
+    # pred [city, of, paris] vs gold [paris, france]: common {paris} = 1
+    # precision 1/3, recall 1/2, F1 = 2 * (1/3) * (1/2) / (1/3 + 1/2) = (1/3) / (5/6) = 0.4
+    assert f1_score("the city of Paris", ["Paris France"]) == pytest.approx(0.4)
+    # against aliases the max is taken: "city of paris" is a perfect match -> 1.0
+    assert f1_score("the city of Paris", ["Paris France", "City of Paris"]) == 1.0
+    # repeated tokens are counted with multiplicity: pred [paris, paris] vs gold [paris]
+    # common = min(2, 1) = 1, precision 1/2, recall 1/1, F1 = 2 * 0.5 * 1 / 1.5 = 2/3
+    assert f1_score("Paris Paris", ["Paris"]) == pytest.approx(2 / 3)
+    assert f1_score("Rome", ["Paris"]) == 0.0  # no common token
+
+
+def test_f1_empty_sides_follow_squad_v2() -> None:
+    assert f1_score("", ["Paris"]) == 0.0  # empty prediction
+    assert f1_score("Paris", ["the"]) == 0.0  # gold normalizes to nothing
+    assert f1_score("a", ["the"]) == 1.0  # both normalize to nothing
+    assert f1_score("Paris", []) == 0.0  # no gold answers
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<answer> Paris </answer>", "Paris"),
+        ("<answer>draft</answer> ... <answer>final</answer>", "final"),  # the last pair wins
+        ("<answer>done</answer><answer>trunc", "done"),  # an unclosed tail is ignored
+        ("<answer><answer>inner</answer></answer>", "inner"),  # nested: innermost pair
+        ("<answer>x", None),  # unclosed
+        ("x</answer>", None),  # close without open
+        ("</answer><answer>", None),  # wrong order
+        ("no tags at all", None),
+        ("<Answer>Paris</Answer>", None),  # tags are case-sensitive
+        ("<answer></answer>", ""),
+    ],
+)
+def test_extract_tag(text: str, expected: str | None) -> None:
+    assert extract_tag(text, "answer") == expected
+
+
+def test_extract_tag_huge_nested_input_is_fast() -> None:
+    text = "<answer>" * 25_000 + "x" + "</answer>" * 25_000  # ~400 KB
+    start = time.perf_counter()
+    assert extract_tag(text, "answer") == "x"
+    assert extract_tag("<answer>" * 50_000, "answer") is None
+    assert time.perf_counter() - start < 5.0  # linear scans take milliseconds
+
+
+def test_exact_match_reward() -> None:
+    trajs = [
+        traj("<answer>The Eiffel Tower</answer>", ["Eiffel Tower"]),  # 1
+        traj("<answer>Louvre</answer>", ["Eiffel Tower"]),  # 0
+        traj("Eiffel Tower", ["Eiffel Tower"]),  # no <answer> tag -> 0
+    ]
+    out = ExactMatchReward(weight=2.0)(trajs)
+    assert out.components["exact_match"].tolist() == [1.0, 0.0, 0.0]
+    assert out.total.tolist() == [2.0, 0.0, 0.0]  # 2 * [1, 0, 0]
+    whole = ExactMatchReward(answer_tag=None)(trajs)
+    assert whole.total.tolist() == [0.0, 0.0, 1.0]  # the whole text is the answer
+
+
+def test_f1_reward() -> None:
+    trajs = [traj("<answer>the city of Paris</answer>", ["Paris France"]), traj("", ["x"])]
+    out = F1Reward(weight=0.5)(trajs)
+    # F1 0.4 (see test_f1_hand_worked) and 0 (no tag); total = 0.5 * [0.4, 0]
+    assert out.components["f1"].tolist() == pytest.approx([0.4, 0.0])
+    assert out.total.tolist() == pytest.approx([0.2, 0.0])
+    assert out.total.shape == (2,)
+
+
+def test_rewards_on_empty_batch() -> None:
+    assert ExactMatchReward()([]).total.shape == (0,)
+    assert F1Reward()([]).total.shape == (0,)
+
+
+def test_set_weights() -> None:
+    reward = F1Reward()
+    reward.set_weights({"f1": 3.0})
+    assert reward(
+        [traj("<answer>Paris</answer>", ["Paris"])]
+    ).total.tolist() == [3.0]  # 3 * 1.0
+    with pytest.raises(ValueError, match="exact_match"):
+        reward.set_weights({"exact_match": 1.0})
+
+
+def check_never_raises(text: str, answers: list[str], tag: str) -> None:
+    assert 0.0 <= exact_match(text, answers) <= 1.0
+    assert 0.0 <= f1_score(text, answers) <= 1.0
+    found = extract_tag(text, tag)
+    assert found is None or found == found.strip()
+    out = F1Reward()([traj(text, answers)])
+    assert 0.0 <= float(out.total[0]) <= 1.0
+
+
+def test_never_raise_on_seeded_random_text() -> None:
+    # Runs without hypothesis: random code points (surrogates, controls, NUL included).
+    rng = random.Random(0)
+    for _ in range(300):
+        text = "".join(chr(rng.randrange(0x30000)) for _ in range(rng.randrange(40)))
+        check_never_raises(text, [text[:5], "None"], rng.choice(["answer", "", "<", "None"]))
+
+
+def test_never_raise_on_arbitrary_text_hypothesis() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=200, deadline=None)
+    @hypothesis.given(st.text(), st.lists(st.text(), max_size=3), st.text(max_size=8))
+    def run(text: str, answers: list[str], tag: str) -> None:
+        check_never_raises(text, answers, tag)
+
+    run()
