@@ -63,6 +63,8 @@ def _load_recipe(path: str) -> dict:
         raise RecipeError(f"recipe '{path}' does not exist")
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"recipe '{path}' is not UTF-8 text (byte {exc.start})") from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
@@ -76,8 +78,17 @@ def _resolve_override(key: str, value: str) -> str:
     parts = key.lstrip("-").split(".")
     if parts[-1] == "class_path" and len(parts) > 1 and parts[-2] in PLUGIN_KEYS:
         return registry.class_path(PLUGIN_KEYS[parts[-2]], value)
-    if parts[-1] in PLUGIN_KEYS and value.isidentifier():
-        return registry.class_path(PLUGIN_KEYS[parts[-1]], value)
+    if parts[-1] not in PLUGIN_KEYS:
+        return value
+    kind = PLUGIN_KEYS[parts[-1]]
+    if value.isidentifier():
+        return registry.class_path(kind, value)
+    if value.lstrip().startswith(("[", "{")):  # --model.reward.init_args.rewards=[arena, f1]
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value  # let jsonargparse report the malformed value
+        return yaml.safe_dump(_resolve_node(parsed, kind), default_flow_style=True).strip()
     return value
 
 
@@ -141,14 +152,14 @@ Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["plugins"]:
-        print_plugins()
-        return
     if not args or args[0] in ("-h", "--help") and len(args) == 1:
         print(USAGE)
         if not args:
             raise SystemExit(2)
     try:
+        if args[:1] == ["plugins"]:
+            print_plugins()
+            return
         build_cli(args)
     except (registry.PluginError, RecipeError, FileNotFoundError) as exc:
         print(f"lit-rag: error: {exc}", file=sys.stderr)

@@ -130,8 +130,8 @@ def resolve(kind: str, name: str) -> type:
         module_name, _, attr = name.rpartition(".")
         try:
             return getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise PluginError(f"{kind} '{name}' could not be imported: {exc}") from exc
+        except Exception as exc:  # whatever the module raised, name the path the user gave
+            raise PluginError(f"{kind} '{name}' could not be imported: {type(exc).__name__}: {exc}") from exc
     return load(kind, name)  # raises with the list of installed names
 
 
@@ -145,10 +145,11 @@ def class_path(kind: str, name: str) -> str:
         return name
     plugins = available(kind)
     if name not in plugins:
-        for other in plugins:
-            cls = load(kind, other)
-            if cls.__name__ == name:
-                return f"{cls.__module__}.{cls.__qualname__}"
+        for info in plugins.values():
+            if info.target.rpartition(":")[2].rpartition(".")[2] != name:
+                continue  # match class names on the entry point's target; import nothing else
+            cls = load(kind, info.name)
+            return f"{cls.__module__}.{cls.__qualname__}"
     cls = load(kind, name)
     return f"{cls.__module__}.{cls.__qualname__}"
 

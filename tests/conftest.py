@@ -17,3 +17,12 @@ def shared_data() -> Path:
             "reader tests on real samples skipped"
         )
     return path
+
+
+@pytest.fixture
+def tiny_policy():
+    """A tiny random Llama and its in-code tokenizer (no downloads)."""
+    from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+
+    config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
+    return load_model(config).eval(), load_tokenizer(config)

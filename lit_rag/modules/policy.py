@@ -7,6 +7,7 @@ algorithm and rollout engine are plugins chosen in the recipe.
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from dataclasses import asdict
@@ -109,7 +110,7 @@ class PolicyModule(LightningModule):
         if self.model is not None:
             return
         self.tokenizer = load_tokenizer(self.policy_config)
-        self.model = load_model(self.policy_config)
+        self.model = load_model(self.policy_config).train()  # from_pretrained returns eval mode
         if self.algorithm.needs_reference and not has_adapters(self.model):
             reference = copy.deepcopy(self.model).eval()
             reference.requires_grad_(False)
@@ -244,16 +245,17 @@ class PolicyModule(LightningModule):
             if kind == "constant":
                 return 1.0
             progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return 0.5 * (1 + np.cos(np.pi * progress)) if kind == "cosine" else 1.0 - progress
+            return 0.5 * (1 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rng_states"] = {
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
+        checkpoint["rng_states"] = {  # plain types: loadable with torch.load(weights_only=True)
             "torch": torch.get_rng_state(),
             "python": random.getstate(),
-            "numpy": np.random.get_state(),
+            "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
         }
         if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
             trainable = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
@@ -265,7 +267,8 @@ class PolicyModule(LightningModule):
         if states:
             torch.set_rng_state(states["torch"])
             random.setstate(states["python"])
-            np.random.set_state(states["numpy"])
+            name, keys, pos, has_gauss, gauss = states["numpy"]
+            np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
 def _take(batch: dict, rows: slice) -> dict:

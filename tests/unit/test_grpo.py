@@ -1,0 +1,105 @@
+"""GRPO advantages and loss on small tensors worked by hand, and the aggregation modes."""
+
+import pytest
+import torch
+
+from lit_rag.plugins.algorithms.grpo import GRPO
+from lit_rag.types import Example, RewardBreakdown, Trajectory
+
+EX = Example(id="q", question="?", answers=["a"])
+
+
+def traj(group: int, n_tokens: int) -> Trajectory:
+    return Trajectory(
+        example=EX, group=group, prompt_ids=torch.tensor([5, 6]),
+        completion_ids=torch.arange(1, n_tokens + 1), loss_mask=torch.ones(n_tokens),
+        sampling_logprobs=torch.full((n_tokens,), -1.0), text="",
+    )
+
+
+def test_group_advantages_by_hand():
+    # group 0 rewards [1, 3]: mean 2, sample std sqrt(((1-2)^2 + (3-2)^2) / 1) = 1.4142
+    #   A = [-1, 1] / (1.4142 + 1e-4) = [-0.70706, 0.70706]
+    # group 1 rewards [5, 5]: std 0 -> A = [0, 0], flagged zero-variance
+    algo = GRPO()
+    adv, flat = algo.advantages(torch.tensor([1.0, 3.0, 5.0, 5.0]), torch.tensor([0, 0, 1, 1]))
+    assert adv.tolist() == pytest.approx([-1 / 1.4143136, 1 / 1.4143136, 0, 0], abs=1e-5)
+    assert flat.tolist() == [False, False, True, True]
+
+
+def test_scale_rewards_none_is_dr_grpo():
+    adv, _ = GRPO(scale_rewards="none").advantages(torch.tensor([1.0, 3.0]), torch.tensor([0, 0]))
+    assert adv.tolist() == [-1.0, 1.0]  # mean-centred only
+
+
+def test_drop_zero_variance_groups():
+    trajs = [traj(0, 2), traj(0, 2), traj(1, 3), traj(1, 3)]
+    rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0, 2.0, 2.0]))
+    kept = GRPO(drop_zero_variance_groups=True).prepare(trajs, rewards)
+    assert kept["size"] == 2
+    assert kept["metrics"]["zero_variance_group_fraction"].item() == 0.5
+    all_flat = GRPO(drop_zero_variance_groups=True).prepare(trajs[2:], RewardBreakdown(total=torch.tensor([2.0, 2.0])))
+    assert all_flat["size"] == 0
+
+
+def test_token_weights_per_aggregation():
+    # two samples with 2 and 4 completion tokens; padded width C = 4; N = 2
+    trajs = [traj(0, 2), traj(0, 4)]
+    rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0]))
+    seq = GRPO(loss_aggregation="sequence").prepare(trajs, rewards)["token_weights"]
+    # sequence: 1 / (|o_i| * N) -> row 0: 1/(2*2) = 0.25 on 2 tokens; row 1: 1/(4*2) = 0.125 on 4
+    assert seq.tolist() == [[0.25, 0.25, 0, 0], [0.125] * 4]
+    tok = GRPO(loss_aggregation="token").prepare(trajs, rewards)["token_weights"]
+    # token: 1 / sum |o_i| = 1/6 on every real token
+    assert torch.allclose(tok, torch.tensor([[1 / 6, 1 / 6, 0, 0], [1 / 6] * 4]))
+    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards)["token_weights"]
+    # constant (Dr. GRPO): 1 / (N * L_max) = 1 / (2 * 8) = 0.0625
+    assert const.tolist() == [[0.0625, 0.0625, 0, 0], [0.0625] * 4]
+    for w in (seq, tok):  # both normalize to a mean: weights sum to 1 over the batch
+        assert w.sum().item() == pytest.approx(1.0)
+
+
+def test_loss_by_hand_on_policy():
+    # ratio = 1 (on-policy), A = [1, -1], one token each, sequence aggregation (weights 1/2):
+    # per-token = -A * 1 -> [-1, 1]; loss = 0.5 * -1 + 0.5 * 1 = 0; with beta: + beta * k2
+    algo = GRPO(beta=0.1, kl_estimator="k2")
+    logp = torch.tensor([[-1.0], [-2.0]], requires_grad=True)
+    batch = {
+        "logprobs": logp, "old_logprobs": logp.detach(), "completion_mask": torch.ones(2, 1),
+        "advantages": torch.tensor([1.0, -1.0]), "token_weights": torch.full((2, 1), 0.5),
+        "ref_logprobs": torch.tensor([[-1.5], [-2.0]]),
+    }
+    out = algo.loss(batch)
+    # k2 row 0 = 0.5 * (-1.5 + 1)^2 = 0.125; row 1 = 0 -> loss = 0 + 0.1 * 0.5 * 0.125 = 0.00625
+    assert out.loss.item() == pytest.approx(0.00625)
+    assert out.metrics["kl"].item() == pytest.approx(0.0625)  # mean of [0.125, 0]
+    out.loss.backward()
+    # d/dlogp of -A*exp(logp - old) * w at ratio 1 = -A * w -> [-0.5, 0.5];
+    # plus beta * w * d k2/d logp = 0.1 * 0.5 * (logp - ref) = 0.05 * 0.5 = 0.025 on row 0
+    assert logp.grad.flatten().tolist() == pytest.approx([-0.5 + 0.025, 0.5])
+
+
+def test_clipping_asymmetric():
+    # ratio = e^0.5 = 1.6487 with A = +1: clipped at 1 + eps_high
+    algo = GRPO(beta=0.0, epsilon=0.2, epsilon_high=0.28)
+    batch = {
+        "logprobs": torch.tensor([[0.0]], requires_grad=True), "old_logprobs": torch.tensor([[-0.5]]),
+        "completion_mask": torch.ones(1, 1), "advantages": torch.tensor([1.0]),
+        "token_weights": torch.ones(1, 1),
+    }
+    out = algo.loss(batch)
+    assert out.loss.item() == pytest.approx(-1.28)  # -min(1.6487, 1.28) * 1
+    assert out.metrics["clip_fraction"].item() == 1.0
+    # ratio = e^-0.5 = 0.6065 with A = -1: -min(-0.6065, -0.8) = 0.8 (lower clip binds)
+    batch["advantages"] = torch.tensor([-1.0])
+    batch["logprobs"] = torch.tensor([[-0.5]], requires_grad=True)
+    batch["old_logprobs"] = torch.tensor([[0.0]])
+    assert algo.loss(batch).loss.item() == pytest.approx(0.8)
+
+
+def test_bad_options_name_key_and_allowed():
+    with pytest.raises(ValueError, match="loss_aggregation 'mean'.*allowed: sequence, token, constant"):
+        GRPO(loss_aggregation="mean")
+    with pytest.raises(ValueError, match="scale_rewards"):
+        GRPO(scale_rewards="rank")
+    assert GRPO(beta=0.0).needs_reference is False

@@ -1,0 +1,61 @@
+"""The hf engine on a tiny random model: lengths, stop strings, sampling log-probs."""
+
+import torch
+
+from lit_rag.modules.logprobs import completion_logprobs
+from lit_rag.rollout.base import SamplingParams
+from lit_rag.rollout.hf import HFEngine
+
+
+def engine(tiny_policy, **kwargs):
+    model, tok = tiny_policy
+    e = HFEngine(**kwargs)
+    e.bind(model, tok)
+    return e, model, tok
+
+
+def test_budget_and_truncation_flag(tiny_policy):
+    e, _, tok = engine(tiny_policy)
+    torch.manual_seed(0)
+    prompts = [tok("Who founded it?")["input_ids"], tok("Where?")["input_ids"]]
+    out = e.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0))
+    assert len(out) == 2
+    for g in out:
+        assert 1 <= len(g.token_ids) <= 6 and g.logprobs.shape == g.token_ids.shape
+        assert g.finished == (len(g.token_ids) < 6 or int(g.token_ids[-1]) == tok.eos_token_id)
+
+
+def test_sampling_logprobs_match_a_forward_pass(tiny_policy):
+    e, model, tok = engine(tiny_policy)
+    torch.manual_seed(1)
+    prompt = tok("In which city")["input_ids"]
+    (g,) = e.generate([prompt], SamplingParams(max_new_tokens=5, temperature=0.7))
+    ids = torch.tensor([prompt + g.token_ids.tolist()])
+    recomputed = completion_logprobs(model, ids, torch.ones_like(ids), len(g.token_ids), temperature=0.7)
+    assert torch.allclose(recomputed[0], g.logprobs, atol=1e-4)
+
+
+def test_greedy_is_deterministic_and_batched_equals_single(tiny_policy):
+    e, _, tok = engine(tiny_policy, max_batch_size=1)
+    prompts = [tok("a b c")["input_ids"], tok("the of and in was")["input_ids"]]
+    greedy = SamplingParams(max_new_tokens=5, temperature=0.0)
+    one_by_one = e.generate(prompts, greedy)
+    e.max_batch_size = None
+    batched = e.generate(prompts, greedy)  # left padding must not change greedy output
+    assert [g.token_ids.tolist() for g in one_by_one] == [g.token_ids.tolist() for g in batched]
+
+
+def test_stop_string_ends_the_row(tiny_policy):
+    e, _, tok = engine(tiny_policy)
+    torch.manual_seed(0)
+    prompts = [tok("x")["input_ids"]] * 4
+    free = e.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0))
+    # stop on a string the free-running samples produced, after its first occurrence
+    target = free[0].text[2:4] if len(free[0].text) >= 4 else free[0].text
+    torch.manual_seed(0)
+    stopped = e.generate(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, stop=[target]))
+    first = stopped[0]
+    assert target in first.text and first.finished
+    assert len(first.token_ids) <= len(free[0].token_ids)
+    # the stop string is not already complete one token earlier
+    assert target not in tok.decode(first.token_ids[:-1])
