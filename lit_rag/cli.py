@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from lit_rag import registry
+from lit_rag.data.readers import DatasetFormatError
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
             print_plugins()
             return
         build_cli(args)
-    except (registry.PluginError, RecipeError, FileNotFoundError) as exc:
+    except (registry.PluginError, RecipeError, FileNotFoundError, DatasetFormatError) as exc:
         print(f"lit-rag: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -344,3 +344,35 @@ def test_list_override_of_plugins_is_resolved(monkeypatch) -> None:
     cli = build_cli(["--config", recipe, "--model.reward.init_args.rewards=[arena, f1]",
                      "--model.reward.init_args.weights=[1.0, 2.0]"], run=False)
     assert [type(r) for r in cli.model.reward.rewards] == [ArenaReward, F1Reward]
+
+
+def _one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-rag: error:")]
+    assert len(err) == 1
+    return err[0]
+
+
+def test_dataset_row_missing_a_field_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from lit_rag.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "question": "q", "answers": ["a"]}\n{"id": "2", "answers": ["b"]}\n')
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", recipe, f"--data.train={bad}", "--data.format=litrag",
+              f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false"])
+    assert info.value.code == 2
+    line = _one_error_line(capsys)
+    assert f"{bad}:2:" in line and "'question'" in line
+
+
+def test_model_path_that_does_not_exist_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from lit_rag.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", recipe, "--model.policy.path=/no/such/model", "--data.num_train=4",
+              f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.callbacks=[]"])
+    assert "model path '/no/such/model' does not exist" in _one_error_line(capsys)

@@ -155,7 +155,31 @@ def _predictions(trajectories: list[Trajectory], answer_tag: str | None) -> list
     return [extract_tag(t.text, answer_tag) for t in trajectories]
 
 
-class ExactMatchReward(Reward):
+class _AnswerReward(Reward):
+    """Scores the extracted answer with ``score`` against the gold aliases (one component)."""
+
+    component: str = ""
+
+    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
+        self.answer_tag = answer_tag
+        self.weights = {self.component: weight}
+
+    @staticmethod
+    def score(prediction: str, answers: list[str]) -> float:
+        raise NotImplementedError
+
+    def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
+        """Score each trajectory's answer against ``trajectory.example.answers``."""
+        scores = [
+            0.0 if pred is None else self.score(pred, t.example.answers)
+            for pred, t in zip(_predictions(trajectories, self.answer_tag), trajectories)
+        ]
+        values = torch.tensor(scores, dtype=torch.float32)  # [N]
+        total = self.weights[self.component] * values
+        return RewardBreakdown(total=total, components={self.component: values})
+
+
+class ExactMatchReward(_AnswerReward):
     """Normalized exact match of the answer against any gold alias (ARENA's accuracy reward).
 
     Example:
@@ -169,22 +193,14 @@ class ExactMatchReward(Reward):
         weight: Multiplies the score in ``total``.
     """
 
+    component = "exact_match"
+    score = staticmethod(exact_match)
+
     def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
-        self.answer_tag = answer_tag
-        self.weights = {"exact_match": weight}
-
-    def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        """Score each trajectory's answer against ``trajectory.example.answers``."""
-        scores = [
-            0.0 if pred is None else exact_match(pred, t.example.answers)
-            for pred, t in zip(_predictions(trajectories, self.answer_tag), trajectories)
-        ]
-        em = torch.tensor(scores, dtype=torch.float32)  # [N]
-        total = self.weights["exact_match"] * em
-        return RewardBreakdown(total=total, components={"exact_match": em})
+        super().__init__(answer_tag, weight)
 
 
-class F1Reward(Reward):
+class F1Reward(_AnswerReward):
     """SQuAD token F1 of the answer, maximised over the gold aliases.
 
     Example:
@@ -197,15 +213,8 @@ class F1Reward(Reward):
         weight: Multiplies the score in ``total``.
     """
 
-    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
-        self.answer_tag = answer_tag
-        self.weights = {"f1": weight}
+    component = "f1"
+    score = staticmethod(f1_score)
 
-    def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        """Score each trajectory's answer against ``trajectory.example.answers``."""
-        scores = [
-            0.0 if pred is None else f1_score(pred, t.example.answers)
-            for pred, t in zip(_predictions(trajectories, self.answer_tag), trajectories)
-        ]
-        f1 = torch.tensor(scores, dtype=torch.float32)  # [N]
-        return RewardBreakdown(total=self.weights["f1"] * f1, components={"f1": f1})
+    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
+        super().__init__(answer_tag, weight)
