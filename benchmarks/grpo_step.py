@@ -63,6 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fp32, or fp32 weights with bf16 autocast on both sides")
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
+    p.add_argument("--micro-batch", type=int, default=8, help="lit-rag sequences per fwd+bwd (gradient accumulation)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
@@ -168,7 +169,7 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str) -> dict:
                               "loss_aggregation": "sequence", "scale_rewards": "group"},
             },
             "group_size": args.samples,
-            "micro_batch_size": args.prompts * args.samples,
+            "micro_batch_size": args.micro_batch,
             "lr": LR,
             "betas": list(BETAS),
             "weight_decay": 0.0,
@@ -308,7 +309,10 @@ def run_trl(args: argparse.Namespace) -> dict:
         warmup_steps=0,
         max_grad_norm=MAX_GRAD_NORM,
         optim="adamw_torch",
-        gradient_checkpointing=False,  # TRL's default is True; lit-rag's is off
+        # TRL's default. Without it one fwd+bwd over all 32 x ~460-token fp32 sequences needs more
+        # than the machine's 24 GiB (killed by the OOM killer); lit-rag instead accumulates
+        # micro-batches (--micro-batch) and keeps full activations.
+        gradient_checkpointing=True,
         shuffle_dataset=False,
         use_vllm=False,
         report_to="none",
@@ -388,7 +392,10 @@ def spawn(framework: str, argv: list[str], verbose: bool, threads: int) -> dict:
             result = json.loads(result_file.read_text())
         else:
             tail = [ln for ln in (proc.stdout or "").splitlines() if ln.strip()]
-            result = {"ok": False, "error": tail[-1] if tail else f"exit status {proc.returncode}"}
+            killed = proc.returncode < 0
+            reason = f"killed by signal {-proc.returncode} (out of memory?)" if killed else (
+                tail[-1] if tail else f"exit status {proc.returncode}")
+            result = {"ok": False, "error": reason}
         if not result.get("ok") and not verbose and proc.stdout:
             log = Path(tempfile.gettempdir()) / f"grpo_step_{framework}.log"
             log.write_text(proc.stdout)
@@ -418,6 +425,8 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     print(f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
           f"precision {args.precision}, beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), "
           f"{args.threads} thread(s)")
+    print(f"memory strategy: lit-rag micro-batches of {args.micro_batch} sequences with accumulation; "
+          "TRL gradient checkpointing (its default), one fwd+bwd over the batch")
     header = ("framework", "step wall time (s)", "tokens generated", "peak RSS (MiB)", "RSS delta (MiB)",
               "total incl. load (s)")
     rows = []
