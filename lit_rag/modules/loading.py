@@ -166,8 +166,14 @@ def convert_gguf(folder: Path, gguf_file: str) -> Path:
     config = AutoConfig.from_pretrained(folder, gguf_file=gguf_file)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict(), strict=False)
+    # from_config initialises weights randomly before they are overwritten: keep that off the
+    # global RNG, so a run samples the same whether or not the cache already existed
+    with torch.random.fork_rng(devices=[]):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, _ = plain.load_state_dict(loaded.state_dict(), strict=False)
+    missing = [k for k in missing if not (getattr(config, "tie_word_embeddings", False) and k == "lm_head.weight")]
+    if missing:
+        raise RuntimeError(f"GGUF file {source} lacks weights the model needs: {missing[:5]}")
     if getattr(config, "tie_word_embeddings", False):
         plain.tie_weights()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
@@ -273,14 +279,6 @@ def _add_lora(model: torch.nn.Module, config: ModelConfig) -> torch.nn.Module:
 def has_adapters(model: torch.nn.Module) -> bool:
     """True when ``model`` is a peft model (reference = adapters disabled)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
-
-
-def default_dtype_note(config: ModelConfig) -> str:
-    """One line describing what was loaded (for logs)."""
-    source = "tiny random" if config.tiny else config.path
-    extra = f", LoRA r={config.lora.r}" if config.lora else ""
-    quant = f", {config.quantization}" if config.quantization else ""
-    return f"{source} ({config.dtype}{quant}{extra})"
 
 
 __all__ = [

@@ -185,7 +185,10 @@ class PolicyModule(LightningModule):
                     micro["old_logprobs"] = micro["logprobs"].detach()
                 out = self.algorithm.loss(_to(micro, self.device))
                 self.manual_backward(out.loss)
-                for key, value in {"loss": out.loss.detach(), **out.metrics}.items():
+                # token weights are normalized over the whole batch: the batch loss is the sum
+                # of the micro-batch losses; the other metrics are micro-batch means
+                sums["train/loss"] = sums.get("train/loss", 0.0) + float(out.loss.detach())
+                for key, value in out.metrics.items():
                     sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value) / len(slices)
             if self.max_grad_norm is not None:
                 self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
