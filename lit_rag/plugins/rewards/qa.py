@@ -196,9 +196,6 @@ class ExactMatchReward(_AnswerReward):
     component = "exact_match"
     score = staticmethod(exact_match)
 
-    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
-        super().__init__(answer_tag, weight)
-
 
 class F1Reward(_AnswerReward):
     """SQuAD token F1 of the answer, maximised over the gold aliases.
@@ -215,6 +212,3 @@ class F1Reward(_AnswerReward):
 
     component = "f1"
     score = staticmethod(f1_score)
-
-    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
-        super().__init__(answer_tag, weight)
