@@ -147,6 +147,7 @@ def build_cli(args: list[str], run: bool = True):
 
 
 USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
+       lit-rag index {build,search,eval} ...
        lit-rag plugins
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
@@ -160,6 +161,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args[:1] == ["plugins"]:
             print_plugins()
+            return
+        if args[:1] == ["index"]:
+            from lit_rag.retrieval.commands import main as index_main
+
+            try:
+                index_main(args[1:])
+            except ValueError as exc:  # index mismatch, data without gold passages, bad option
+                raise RecipeError(str(exc)) from exc
             return
         build_cli(args)
     except (registry.PluginError, RecipeError, FileNotFoundError, DatasetFormatError) as exc:

