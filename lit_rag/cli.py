@@ -18,6 +18,7 @@ import yaml
 
 from lit_rag import registry
 from lit_rag.data.readers import DatasetFormatError
+from lit_rag.retrieval.manifest import IndexMismatchError
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise RecipeError(str(exc)) from exc
             return
         build_cli(args)
-    except (registry.PluginError, RecipeError, FileNotFoundError, DatasetFormatError) as exc:
+    except (registry.PluginError, RecipeError, FileNotFoundError, DatasetFormatError, IndexMismatchError) as exc:
         print(f"lit-rag: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

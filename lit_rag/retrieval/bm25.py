@@ -64,6 +64,8 @@ class BM25Retriever(Retriever):
     """
 
     kind = "bm25"
+    #: progress bars while building (``lit-rag index build`` turns them on)
+    show_progress: bool = False
 
     def __init__(
         self,
@@ -122,7 +124,7 @@ class BM25Retriever(Retriever):
         settings = self.settings
         bm25 = bm25s.BM25(k1=settings["k1"], b=settings["b"], method=settings["method"])
         bm25.index(self._tokenize([f"{p.title}\n{p.text}" for p in self.passages]),
-                   show_progress=False)
+                   show_progress=self.show_progress)
         self._bm25 = bm25
         self.manifest = Manifest(
             retriever=self.kind,

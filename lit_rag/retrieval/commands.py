@@ -73,6 +73,8 @@ def build(args: argparse.Namespace) -> None:
 
     passages = read_corpus(args.corpus, args.format)
     retriever = _new_retriever(args)
+    for part in [retriever, *getattr(retriever, "retrievers", [])]:
+        part.show_progress = True
     started = time.perf_counter()
     retriever.build(passages)
     retriever.save(args.out)

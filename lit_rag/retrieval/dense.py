@@ -56,6 +56,8 @@ class DenseRetriever(Retriever):
     """
 
     kind = "dense"
+    #: progress bars while building (``lit-rag index build`` turns them on)
+    show_progress: bool = False
 
     def __init__(
         self,
@@ -118,7 +120,7 @@ class DenseRetriever(Retriever):
             batch_size=self.batch_size,
             convert_to_numpy=True,
             normalize_embeddings=True,
-            show_progress_bar=False,
+            show_progress_bar=self.show_progress and len(texts) > self.batch_size,
         )
         vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
         return vectors.reshape(len(texts), -1)

@@ -59,3 +59,18 @@ def test_eval_without_gold_is_one_line(tmp_path, world_files, capsys):
         main(["index", "eval", str(index), "--data", str(flashrag)])
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("lit-rag: error:") and "no example has gold passage ids" in err[-1]
+
+
+def test_index_from_another_corpus_is_one_line(tmp_path, world_files, capsys):
+    from lit_rag.retrieval.bm25 import BM25Retriever
+    from lit_rag.retrieval.manifest import IndexMismatchError
+
+    corpus, _ = world_files
+    index = tmp_path / "idx"
+    main(["index", "build", "--corpus", str(corpus), "--out", str(index)])
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(corpus.read_text().replace("founded", "started", 1))
+    retriever = BM25Retriever(index=str(index), expected_corpus=str(changed))
+    with pytest.raises(IndexMismatchError) as info:
+        retriever.search(["Arden"], 3)
+    assert "\n" not in str(info.value) and "corpus" in str(info.value)
