@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fp32, or fp32 weights with bf16 autocast on both sides")
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
-    p.add_argument("--micro-batch", type=int, default=8, help="lit-rag sequences per fwd+bwd (gradient accumulation)")
+    p.add_argument("--micro-batch", type=int, default=4, help="lit-rag sequences per fwd+bwd (gradient accumulation)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
