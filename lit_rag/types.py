@@ -12,9 +12,12 @@ from typing import Any
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)
 class Passage:
-    """One reference paragraph.
+    """One reference paragraph (hashable; treat as immutable).
+
+    Not a frozen dataclass: Lightning's precision plugins (FSDP's ``convert_input``) walk the
+    batch with ``apply_to_collection``, which refuses frozen dataclasses.
 
     Args:
         id: Stable identifier, unique within an example (or a corpus).
@@ -84,6 +87,8 @@ class Trajectory:
         text: The decoded completion.
         steps: The actions taken, in order.
         truncated: True when generation stopped at the token budget rather than on its own.
+        prompt_text: The prompt as text.
+        meta: Anything else the environment records (e.g. ``stop_reason``).
     """
 
     example: Example
@@ -96,6 +101,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     truncated: bool = False
     prompt_text: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_generated(self) -> int:

@@ -309,8 +309,8 @@ class QADataModule(L.LightningDataModule):
     ) -> Any:
         """Leave ``list[Example]`` batches as they are: they hold text, not tensors.
 
-        Lightning's default walks dataclasses with ``apply_to_collection``, which raises on the
-        frozen :class:`~lit_rag.types.Passage`; environments tokenize on the right device later.
+        Lightning's default would copy every example with ``apply_to_collection`` for nothing;
+        environments tokenize on the right device later.
         """
         if isinstance(batch, list) and all(isinstance(ex, Example) for ex in batch):
             return batch

@@ -109,6 +109,7 @@ class PolicyModule(LightningModule):
         """Load the policy (deferred, so recipes build without weights)."""
         if self.model is not None:
             return
+        self.environment.setup()
         self.tokenizer = load_tokenizer(self.policy_config)
         self.model = load_model(self.policy_config).train()  # from_pretrained returns eval mode
         if self.algorithm.needs_reference and not has_adapters(self.model):
@@ -128,11 +129,24 @@ class PolicyModule(LightningModule):
         return self._logprobs(reference, batch, width)
 
     def _logprobs(self, model: torch.nn.Module, batch: dict, width: int) -> torch.Tensor:
+        """``[b, width]`` log-probs of the completion tokens of a micro-batch.
+
+        The batch is padded to the longest prompt and completion of the whole rollout; the
+        columns that are padding in every row of this micro-batch are cut off before the
+        forward pass (multi-turn completions vary a lot in length) and the result is padded
+        back with zeros (outside the loss mask).
+        """
         temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-        return completion_logprobs(
-            model, batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device),
-            width, temperature=temperature, chunk_tokens=self.logprob_chunk_tokens,
+        input_ids, attention = batch["input_ids"], batch["attention_mask"]
+        prompt_width = input_ids.shape[1] - width
+        start = prompt_width - int(attention[:, :prompt_width].sum(-1).max())
+        used = max(1, int(attention[:, prompt_width:].sum(-1).max()))
+        logprobs = completion_logprobs(
+            model, input_ids[:, start : prompt_width + used].to(self.device),
+            attention[:, start : prompt_width + used].to(self.device),
+            used, temperature=temperature, chunk_tokens=self.logprob_chunk_tokens,
         )
+        return torch.nn.functional.pad(logprobs, (0, width - used))
 
     # ---- one RL step (DESIGN.md, "Who calls whom") ---------------------------------------
     def training_step(self, batch: list[Example], batch_idx: int) -> None:
@@ -147,6 +161,7 @@ class PolicyModule(LightningModule):
         metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
+        metrics.update(_memory_metrics(self.device))
         self.last_rollout = (trajectories, rewards)  # step 6: callbacks read these
         self.last_metrics = metrics
         self._log(metrics, batch_size=len(batch))
@@ -165,16 +180,23 @@ class PolicyModule(LightningModule):
         if prepared.get("size", 0) == 0:
             return {"train/skipped_step": torch.tensor(1.0)}
         width = prepared["completion_mask"].shape[1]
-        slices = [slice(i, i + self.micro_batch_size) for i in range(0, prepared["size"], self.micro_batch_size)]
+        # micro-batches of similar lengths (longest first) waste the least padding; the loss
+        # is a sum over rows with batch-normalized token weights, so the order does not matter
+        lengths = prepared["attention_mask"][:, -width:].sum(-1)  # [N] real completion tokens
+        order = torch.argsort(lengths, descending=True, stable=True)
+        slices = [order[i : i + self.micro_batch_size] for i in range(0, prepared["size"], self.micro_batch_size)]
+
+        def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
+            out = torch.zeros(prepared["size"], width)
+            for s in slices:
+                out[s] = fn(_take(prepared, s)).float().cpu()
+            return out
+
         with torch.no_grad():
             if self.algorithm.needs_reference:
-                prepared["ref_logprobs"] = torch.cat(
-                    [self.reference_logprobs(_take(prepared, s), width) for s in slices]
-                )
+                prepared["ref_logprobs"] = per_row(lambda micro: self.reference_logprobs(micro, width))
             if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
-                prepared["old_logprobs"] = torch.cat(
-                    [self._logprobs(self.model, _take(prepared, s), width) for s in slices]
-                )
+                prepared["old_logprobs"] = per_row(lambda micro: self._logprobs(self.model, micro, width))
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         sums: dict[str, float] = {}
         for _ in range(self.algorithm.mu):
@@ -225,6 +247,8 @@ class PolicyModule(LightningModule):
         head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
         metrics[f"{head}/completion_length"] = lengths.mean()
         metrics[f"{head}/truncated_fraction"] = torch.tensor([float(t.truncated) for t in trajectories]).mean()
+        for name, value in self.environment.metrics(trajectories).items():
+            metrics[f"{head}/{name}"] = value
         return metrics
 
     def _log(self, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False) -> None:
@@ -274,8 +298,18 @@ class PolicyModule(LightningModule):
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
-def _take(batch: dict, rows: slice) -> dict:
-    """Rows of every per-trajectory tensor in ``batch``."""
+def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
+    """Peak resident memory of this process and, on CUDA, peak allocated GPU memory (GiB)."""
+    import resource
+
+    metrics = {"mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
+    if device.type == "cuda":
+        metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
+    return metrics
+
+
+def _take(batch: dict, rows: torch.Tensor) -> dict:
+    """Rows (an index tensor) of every per-trajectory tensor in ``batch``."""
     return {k: v[rows] for k, v in batch.items() if torch.is_tensor(v) and v.dim() > 0}
 
 

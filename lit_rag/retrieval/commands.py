@@ -19,12 +19,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-rag index", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="index a corpus")
-    build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, or a HotpotQA / 2Wiki / MuSiQue file")
+    build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)")
     build.add_argument("--format", default="auto", help="corpus format (default: auto)")
     build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ...")
     build.add_argument("--out", required=True, help="index folder to write")
     build.add_argument("--encoder", default=None, help="dense encoder path (dense and hybrid)")
     build.add_argument("--faiss-index", default="flat", help="dense: flat, hnsw or ivf")
+    build.add_argument("--query-prefix", default="", help='dense: prepended to queries (E5: "query: ")')
+    build.add_argument("--passage-prefix", default="", help='dense: prepended to passages (E5: "passage: ")')
     search = sub.add_parser("search", help="query an index")
     search.add_argument("index")
     search.add_argument("query", nargs="+")
@@ -54,7 +56,8 @@ def _new_retriever(args: argparse.Namespace):
 
 
 def _dense_kwargs(args: argparse.Namespace) -> dict:
-    kwargs = {"faiss_index": args.faiss_index}
+    kwargs = {"faiss_index": args.faiss_index, "query_prefix": args.query_prefix,
+              "passage_prefix": args.passage_prefix}
     if args.encoder:
         kwargs["encoder"] = args.encoder
     return kwargs

@@ -149,7 +149,9 @@ def read_corpus(path: str | Path, format: str = "auto") -> list[Passage]:
     """Read a retrieval corpus.
 
     Args:
-        path: The corpus file (JSONL or a JSON list).
+        path: The corpus file (JSONL or a JSON list), or ``synthetic`` / ``synthetic:SEED`` for
+            the bundled synthetic world's corpus (the world ``QADataModule`` draws its
+            ``synthetic`` questions from, with ``synthetic_seed`` = SEED, default 0).
         format: One of ``auto``, ``flashrag``, ``litrag``, ``hotpotqa``, ``2wiki``,
             ``musique``; ``auto`` detects it from the first record.
 
@@ -165,12 +167,26 @@ def read_corpus(path: str | Path, format: str = "auto") -> list[Passage]:
         raise ValueError(
             f"unknown corpus format '{format}'; allowed: {', '.join(CORPUS_FORMATS)}"
         )
+    spec = str(path)
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return _synthetic_corpus(spec)
     _check_exists(Path(path))
     if format == "auto":
         format = detect_corpus_format(path)
     if format in _POOLED:
         return pool_references(_POOLED[format](path))
     return _read_rows(path, format)
+
+
+def _synthetic_corpus(spec: str) -> list[Passage]:
+    from lit_rag.data.synthetic import SyntheticWorld
+
+    _, _, seed = spec.partition(":")
+    try:
+        value = int(seed) if seed else 0
+    except ValueError:
+        raise ValueError(f"corpus '{spec}': the synthetic world seed must be an integer (synthetic:SEED)") from None
+    return SyntheticWorld(seed=value).corpus()
 
 
 def write_corpus(passages: Iterable[Passage], path: str | Path) -> Path:

@@ -75,3 +75,25 @@ def test_fit_tiny_with_third_party_reward(tmp_path: Path) -> None:
     assert [int(r["step"]) for r in steps] == [0, 1]
     for row in steps:
         assert 0.0 <= float(row["reward/length"]) <= 1.0
+
+
+def test_fit_tiny_search_agent(tmp_path: Path) -> None:
+    """The multi-turn environment through Lightning: index built by the CLI, 2 GRPO steps,
+    episode statistics logged for training and validation."""
+    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    rows = fit("tiny_search_agent.yaml", tmp_path / "run")
+    keys = ["reward/total", "reward/outcome", "reward/evaluation", "train/loss", "rollout/turns",
+            "rollout/invalid_actions", "rollout/response_length"]
+    steps = step_rows(rows, keys)
+    assert len(steps) == 2
+    # a random model never writes a complete action: every turn is invalid, up to max_turns
+    assert all(float(r["rollout/turns"]) == 2.0 for r in steps)
+    assert any(r.get("val/valid_searches") for r in rows)
+
+
+def test_fit_search_agent_without_index_is_one_clear_error(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(RECIPES / "tiny_search_agent.yaml"),
+              "--trainer.default_root_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lit-rag: error:") and "indexes/synthetic-bm25" in err[-1]

@@ -297,7 +297,7 @@ def test_unknown_plugin_in_recipe_is_one_line(tmp_path: Path, capsys) -> None:
     recipe["model"]["reward"] = {"class_path": "arena2"}
     line = run_main_error(["fit", "--config", write_recipe(tmp_path / "bad.yaml", recipe)], capsys)
     assert line.startswith("lit-rag: error: unknown reward 'arena2'; installed: ")
-    assert "arena, composite, exact_match, f1" in line
+    assert "arena, composite, eval_rar, exact_match, f1" in line
 
 
 def test_unknown_plugin_in_override_is_one_line(capsys) -> None:

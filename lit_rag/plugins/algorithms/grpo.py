@@ -136,9 +136,13 @@ class GRPO(Algorithm):
         return batch
 
     def loss(self, batch: dict) -> LossOutput:
-        logp = batch["logprobs"]  # [B, C], with grad
-        old = batch["old_logprobs"]  # [B, C]
         mask = batch["completion_mask"]  # [B, C]
+        # Tokens outside the loss (padding, text the environment inserted) are replaced by a
+        # constant before any arithmetic: their gradient is exactly zero (a selection, not a
+        # multiplication by 0 that an inf in exp(.) would turn into NaN).
+        keep = mask > 0
+        logp = torch.where(keep, batch["logprobs"], 0.0)  # [B, C], with grad
+        old = torch.where(keep, batch["old_logprobs"], 0.0)  # [B, C]
         adv = batch["advantages"].unsqueeze(-1)  # [B, 1]
         ratio = torch.exp(logp - old)
         clipped = ratio.clamp(1 - self.epsilon_low, 1 + self.epsilon_high)
@@ -148,7 +152,7 @@ class GRPO(Algorithm):
             "clip_fraction": (((ratio - clipped).abs() > 0).float() * mask).sum().detach() / tokens,
         }
         if self.beta > 0:
-            kl = self.kl(logp, batch["ref_logprobs"])  # [B, C]
+            kl = self.kl(logp, torch.where(keep, batch["ref_logprobs"], 0.0))  # [B, C]
             per_token = per_token + self.beta * kl
             metrics["kl"] = ((kl * mask).sum() / tokens).detach()
         loss = (per_token * batch["token_weights"]).sum()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import torch
+
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Trajectory
 
 
 class Environment(ABC):
     """Builds prompts, drives the engine (and retriever for tool turns), returns trajectories."""
+
+    def setup(self) -> None:
+        """Open what the environment needs (an index, say) before training starts, so a missing
+        one fails at once rather than at the first rollout. Called once by the policy module."""
 
     @abstractmethod
     def rollout(
@@ -24,3 +30,10 @@ class Environment(ABC):
     @abstractmethod
     def extract_answer(self, trajectory: Trajectory) -> str:
         """The final answer the trajectory gave ("" when it gave none)."""
+
+    def metrics(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+        """Episode statistics to log (name -> scalar), e.g. turns or searches per trajectory.
+
+        Logged as ``rollout/<name>`` in training and ``val/<name>`` in validation.
+        """
+        return {}

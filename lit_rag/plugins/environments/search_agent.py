@@ -1,0 +1,396 @@
+"""Multi-turn search agent: the policy calls the retriever mid-generation (Eval-RAR, Search-R1).
+
+Eval-RAR, Algorithm 1 (Section 4.1), one episode per trajectory, all live trajectories of a
+batch generating together:
+
+1. **act**: generate until ``</search>``, ``</answer>`` or end of sequence (line 5-11);
+2. a complete ``<search>q</search>`` -> retrieve the top-k documents for ``q`` and append
+   ``<information>Doc 1(Title: ...) ...</information>`` (lines 13-16); then, when
+   ``evaluate`` is on, **evaluate**: generate ``<evaluate>...</evaluate>`` (lines 17-18);
+3. a complete ``<answer>...</answer>`` ends the episode (lines 19-20);
+4. anything else appends "My action is wrong. Let me try again." (line 22);
+5. every act counts one turn; at ``max_turns`` turns the episode ends (line 3).
+
+Search-R1 (Jin et al., 2025), the paper's Table 2 baseline, is the same loop with
+``evaluate=False``. Text the environment inserts (documents, the invalid-action message, the
+optional ``evaluate_prefix``) goes into ``completion_ids`` with ``loss_mask`` 0: Section 4.2.4
+("retrieval token masking"), so it is out of the policy loss and the KL.
+
+Where the paper is silent, what we do:
+
+- Stops: the act phase stops on ``</search>`` / ``</answer>`` / EOS (the issue text; Algorithm
+  1 line 8 names the opening tags, which cannot end a query). The evaluate phase stops on
+  ``</evaluate>``, ``</answer>`` or EOS; a complete answer written there ends the episode, a
+  search written there is not executed.
+- A search with an empty query is an invalid action (nothing to retrieve).
+- A generation that hits ``max_new_tokens`` (per segment) without an action is an invalid
+  action; hitting ``max_response_tokens`` (the whole completion, inserted tokens included)
+  ends the episode with ``truncated=True``. Documents that do not fit are cut to the budget.
+- Documents are written as in Search-R1: ``Doc i(Title: t) text`` one per line, each cut to
+  ``max_document_tokens`` tokens when that is set.
+- The EOS token the policy emits stays in the completion (it is the policy's action and gets
+  its gradient); the episode goes on after it as Algorithm 1 says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.rewards.qa import extract_tag
+from lit_rag.retrieval.base import Retriever
+from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.types import Example, Step, Trajectory
+
+#: Eval-RAR Appendix A.1 (verbatim, with its "Question: {question}" tail).
+EVAL_RAR_PROMPT = (
+    "You are a helpful assistant excel at answering questions with multi-turn search engine "
+    "calling. To answer questions, you must first reason through the available information "
+    "using <think> and </think>. If you identify missing knowledge, you may issue a search "
+    "request using <search> query </search> at any time. The retrieval system will provide you "
+    "with the three most relevant documents enclosed in <information> and </information>. After "
+    "each search, you must conduct an evaluation, reviewing the question and the retrieved "
+    "documents comprehensively to determine if the question can be answered. If the question "
+    "can be answered, clearly cite the source content from the search documents that supports "
+    "your answer. If the question cannot be answered, specify what information is missing: "
+    "entity information, relational information, or specific time/location details. Provide "
+    "your evaluation using <evaluate> and </evaluate>. You may send multiple search requests "
+    "if needed. Once you have sufficient information, provide a concise final answer using "
+    "<answer> and </answer>. For example, <answer> Donald Trump </answer>. Question: {question}"
+)
+
+#: Search-R1's prompt (Jin et al., 2025, Table 1): the Eval-RAR prompt without the evaluation.
+SEARCH_R1_PROMPT = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first "
+    "every time you get new information. After reasoning, if you find you lack some knowledge, "
+    "you can call a search engine by <search> query </search> and it will return the top "
+    "searched results between <information> and </information>. You can search as many times "
+    "as your want. If you find no further external knowledge needed, you can directly provide "
+    "the answer inside <answer> and </answer>, without detailed illustrations. For example, "
+    "<answer> Beijing </answer>. Question: {question}"
+)
+
+#: Algorithm 1, line 22.
+INVALID_ACTION_MESSAGE = "\nMy action is wrong. Let me try again.\n"
+
+DOCUMENT_TEMPLATE = "Doc {index}(Title: {title}) {text}"
+
+#: ``Step.action`` values this environment records.
+ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated")
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one trajectory while it is being rolled out."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    turns: int = 0
+    done: bool = False
+    truncated: bool = False
+    stop_reason: str = ""
+
+    def add(self, ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
+        """Append tokens: policy tokens when ``logprobs`` is given, else inserted (masked)."""
+        self.ids.extend(ids)
+        self.mask.extend([1 if logprobs is not None else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.pieces.append(text)
+
+    def end(self, reason: str, truncated: bool = False) -> None:
+        self.done, self.stop_reason = True, reason
+        self.truncated = self.truncated or truncated
+
+
+class SearchAgentEnvironment(Environment):
+    """Search-then-evaluate agent (Eval-RAR Algorithm 1) or search agent (Search-R1).
+
+    Args:
+        retriever: The search engine (any registered retriever with its index).
+        top_k: Documents per search (the paper: 3).
+        max_turns: N of Algorithm 1: at most this many actions (searches or invalid actions).
+        max_response_tokens: Budget of the whole completion, inserted tokens included.
+        max_document_tokens: Cut each retrieved document to this many tokens (None = whole).
+        evaluate: Ask for ``<evaluate>...</evaluate>`` after each search (Eval-RAR); False is
+            Search-R1.
+        evaluate_prefix: Text inserted (masked) before the evaluation, e.g. ``"<evaluate>"``;
+            empty by default (the paper lets the policy write the tag).
+        prompt_template: The instruction with ``{question}``; default Appendix A.1 when
+            ``evaluate`` is on, Search-R1's prompt when it is off.
+        use_chat_template: Send the prompt as a user message through the chat template
+            (Instruct models); False writes it as raw text (Base models).
+        assistant_prefix: Text that starts the response (part of the prompt). Off by default.
+        document_template: One document, with ``{index}`` (from 1), ``{title}``, ``{text}``.
+        invalid_action_message: Appended after an invalid action (Algorithm 1, line 22).
+        answer_tag: Tag whose content is the final answer.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        top_k: int = 3,
+        max_turns: int = 4,
+        max_response_tokens: int = 1024,
+        max_document_tokens: int | None = None,
+        evaluate: bool = True,
+        evaluate_prefix: str = "",
+        prompt_template: str | None = None,
+        use_chat_template: bool = True,
+        assistant_prefix: str = "",
+        document_template: str = DOCUMENT_TEMPLATE,
+        invalid_action_message: str = INVALID_ACTION_MESSAGE,
+        answer_tag: str = "answer",
+    ) -> None:
+        if prompt_template is None:
+            prompt_template = EVAL_RAR_PROMPT if evaluate else SEARCH_R1_PROMPT
+        if "{question}" not in prompt_template:
+            raise ValueError(f"environment prompt_template must contain {{question}}: {prompt_template!r}")
+        if "{text}" not in document_template:
+            raise ValueError(f"environment document_template must contain {{text}}: {document_template!r}")
+        for name, value in (("top_k", top_k), ("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
+            if value < 1:
+                raise ValueError(f"environment {name} must be >= 1, got {value}")
+        self.retriever = retriever
+        self.top_k = top_k
+        self.max_turns = max_turns
+        self.max_response_tokens = max_response_tokens
+        self.max_document_tokens = max_document_tokens
+        self.evaluate = evaluate
+        self.evaluate_prefix = evaluate_prefix
+        self.prompt_template = prompt_template
+        self.use_chat_template = use_chat_template
+        self.assistant_prefix = assistant_prefix
+        self.document_template = document_template
+        self.invalid_action_message = invalid_action_message
+        self.answer_tag = answer_tag
+
+    def setup(self) -> None:
+        """Open the retriever's index now (a missing index is an error before any rollout)."""
+        self.retriever.search(["lit-rag index check"], 1)
+
+    # ---- prompt ----------------------------------------------------------------------------
+    def build_prompt(self, example: Example, tokenizer) -> str:
+        """Appendix A.1 with the question; through the chat template unless disabled."""
+        user = self.prompt_template.format(question=example.question)
+        if not self.use_chat_template or getattr(tokenizer, "chat_template", None) is None:
+            return user + self.assistant_prefix
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
+        )
+        return text + self.assistant_prefix
+
+    def format_information(self, hits: list, tokenizer) -> str:
+        docs = []
+        for i, hit in enumerate(hits):
+            text = hit.passage.text
+            if self.max_document_tokens is not None:
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+                if len(ids) > self.max_document_tokens:
+                    text = tokenizer.decode(ids[: self.max_document_tokens])
+            docs.append(self.document_template.format(index=i + 1, title=hit.passage.title, text=text))
+        return "\n\n<information>" + "\n".join(docs) + "</information>\n\n"
+
+    # ---- rollout (Algorithm 1) -------------------------------------------------------------
+    def rollout(
+        self,
+        examples: list[Example],
+        engine: RolloutEngine,
+        group_size: int,
+        params: SamplingParams,
+    ) -> list[Trajectory]:
+        """Run every episode to its end; ``params.stop`` is replaced by the phase's stops."""
+        tok = engine.tokenizer
+        prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
+        prompt_ids = [tok(t, add_special_tokens=False)["input_ids"] for t in prompt_texts]
+        episodes = [_Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)]
+        encode = _Encoder(tok)
+        while True:
+            live = [e for e in episodes if not e.done]
+            if not live:
+                break
+            for e in live:  # Algorithm 1, line 3
+                if e.turns >= self.max_turns:
+                    e.end("max_turns")
+            live = [e for e in live if not e.done]
+            if not live:
+                break
+            # act (lines 4-12)
+            segments = self._generate(live, engine, params, ["</search>", "</answer>"])
+            searching: list[tuple[_Episode, str]] = []
+            for e, gen in zip(live, segments):
+                if gen is None:
+                    continue
+                # the assistant prefix is the start of the first action
+                text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
+                action = _last_action(text, ("search", "answer"))
+                if action == "answer":
+                    e.steps.append(Step(action="answer", text=text))
+                    e.end("answer")
+                    continue
+                e.turns += 1  # line 24
+                query = extract_tag(text, "search") if action == "search" else None
+                if query:
+                    e.steps.append(Step(action="search", query=query, text=text))
+                    searching.append((e, query))
+                else:  # line 22
+                    e.steps.append(Step(action="invalid", text=text))
+                    self._insert(e, encode(self.invalid_action_message), self.invalid_action_message)
+            if not searching:
+                continue
+            # retrieve (lines 14-16): one batched call for every query of this turn
+            results = self.retriever.search([q for _, q in searching], self.top_k)
+            evaluating = []
+            for (e, _), hits in zip(searching, results):
+                e.steps[-1].passage_ids = [h.passage.id for h in hits]
+                info = self.format_information(hits, tok)
+                self._insert(e, encode(info), info)
+                if self.evaluate and not e.done:
+                    evaluating.append(e)
+            if not evaluating:
+                continue
+            # evaluate (lines 17-18)
+            if self.evaluate_prefix:
+                for e in evaluating:
+                    self._insert(e, encode(self.evaluate_prefix), self.evaluate_prefix)
+                evaluating = [e for e in evaluating if not e.done]
+            segments = self._generate(evaluating, engine, params, ["</evaluate>", "</answer>"])
+            for e, gen in zip(evaluating, segments):
+                if gen is None:
+                    continue
+                if _last_action(gen.text, ("evaluate", "answer")) == "answer":
+                    e.steps.append(Step(action="answer", text=gen.text))
+                    e.end("answer")
+                else:
+                    e.steps.append(Step(action="evaluate", text=self.evaluate_prefix + gen.text))
+        return [self._trajectory(e, examples, i // group_size, prompt_texts) for i, e in enumerate(episodes)]
+
+    def _generate(
+        self, live: list[_Episode], engine: RolloutEngine, params: SamplingParams, stops: list[str]
+    ) -> list[Generation | None]:
+        """One segment for each live episode; ``None`` where its token budget was used up."""
+        budget = [self.max_response_tokens - len(e.ids) for e in live]
+        for e, left in zip(live, budget):
+            if left <= 0:
+                e.end("max_response_tokens", truncated=True)
+        rows = [i for i, e in enumerate(live) if not e.done]
+        out: list[Generation | None] = [None] * len(live)
+        if not rows:
+            return out
+        segment = SamplingParams(
+            max_new_tokens=min(params.max_new_tokens, max(budget[i] for i in rows)),
+            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, stop=stops,
+        )
+        generations = engine.generate([live[i].prompt_ids + live[i].ids for i in rows], segment)
+        for i, gen in zip(rows, generations):
+            e, left = live[i], budget[i]
+            ids, logprobs = gen.token_ids.tolist(), gen.logprobs.tolist()
+            over = len(ids) > left or (len(ids) == left and not gen.finished)
+            if len(ids) > left:  # the shared call ran past this row's budget
+                ids, logprobs = ids[:left], logprobs[:left]
+                gen = Generation(
+                    token_ids=torch.tensor(ids, dtype=torch.long), logprobs=torch.tensor(logprobs),
+                    text=engine.tokenizer.decode(ids, skip_special_tokens=True), finished=False,
+                )
+            e.add(ids, gen.text, logprobs)
+            if over:
+                e.steps.append(Step(action="truncated", text=gen.text))
+                e.end("max_response_tokens", truncated=True)
+                continue
+            out[i] = gen
+        return out
+
+    def _insert(self, e: _Episode, ids: list[int], text: str) -> None:
+        """Append environment text (masked), cut to the episode's remaining budget."""
+        left = self.max_response_tokens - len(e.ids)
+        if len(ids) >= left:
+            e.add(ids[: max(left, 0)], text)
+            e.end("max_response_tokens", truncated=True)
+            return
+        e.add(ids, text)
+
+    def _trajectory(self, e: _Episode, examples: list[Example], group: int, prompts: list[str]) -> Trajectory:
+        if not e.done:
+            e.end("max_turns")
+        ids = torch.tensor(e.ids, dtype=torch.long)
+        return Trajectory(
+            example=examples[group],
+            group=group,
+            prompt_ids=torch.tensor(e.prompt_ids, dtype=torch.long),
+            completion_ids=ids,
+            loss_mask=torch.tensor(e.mask, dtype=torch.long),
+            sampling_logprobs=torch.tensor(e.logprobs, dtype=torch.float32),
+            text=self.assistant_prefix + "".join(e.pieces),
+            steps=e.steps,
+            truncated=e.truncated,
+            prompt_text=prompts[group],
+            meta={"stop_reason": e.stop_reason, "turns": e.turns},
+        )
+
+    # ---- answers and metrics ---------------------------------------------------------------
+    def extract_answer(self, trajectory: Trajectory) -> str:
+        """The last complete answer the policy wrote (never text from retrieved documents)."""
+        return final_answer(trajectory, self.answer_tag) or ""
+
+    def metrics(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+        """Per-trajectory means: turns, valid searches, evaluations, invalid actions, answered,
+        response length (all completion tokens, inserted ones included)."""
+        if not trajectories:
+            return {}
+
+        def mean(values) -> torch.Tensor:
+            return torch.tensor([float(v) for v in values]).mean()
+
+        count = lambda t, action: sum(1 for s in t.steps if s.action == action)  # noqa: E731
+        return {
+            "turns": mean(t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories),
+            "valid_searches": mean(count(t, "search") for t in trajectories),
+            "evaluations": mean(count(t, "evaluate") for t in trajectories),
+            "invalid_actions": mean(count(t, "invalid") for t in trajectories),
+            "answered": mean(final_answer(t) is not None for t in trajectories),
+            "response_length": mean(t.completion_ids.numel() for t in trajectories),
+        }
+
+
+def policy_text(trajectory: Trajectory) -> str:
+    """What the policy wrote, without the environment's insertions (the steps' texts joined);
+    the whole completion text for trajectories without steps."""
+    if not trajectory.steps:
+        return trajectory.text
+    return "\n".join(step.text for step in trajectory.steps)
+
+
+def final_answer(trajectory: Trajectory, tag: str = "answer") -> str | None:
+    """Content of the last complete ``<tag>`` block in the policy's own text, or None."""
+    return extract_tag(policy_text(trajectory), tag)
+
+
+def _last_action(text: str, tags: tuple[str, ...]) -> str | None:
+    """Which of ``tags`` closes last in ``text`` (the one generation stopped on), or None.
+
+    A tag counts only as a complete pair (an opening tag before its closing tag).
+    """
+    best, where = None, -1
+    for tag in tags:
+        close = text.rfind(f"</{tag}>")
+        if close > where and text.rfind(f"<{tag}>", 0, close) >= 0:
+            best, where = tag, close
+    return best
+
+
+class _Encoder:
+    """Tokenizes environment text once per distinct string (the message repeats)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[str, list[int]] = {}
+
+    def __call__(self, text: str) -> list[int]:
+        if text not in self.cache:
+            self.cache[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.cache[text]

