@@ -1,6 +1,8 @@
-"""Callbacks: KL monitoring and rollout logging (curriculum and weight schedules come with EVO-RAG)."""
+"""Callbacks: KL monitoring, rollout logging, R2AG's progressive forest (curriculum and weight
+schedules come with EVO-RAG)."""
 
+from lit_rag.callbacks.forest import ProgressiveForest
 from lit_rag.callbacks.kl_monitor import KLMonitor
 from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 
-__all__ = ["KLMonitor", "RolloutSampleLogger"]
+__all__ = ["KLMonitor", "ProgressiveForest", "RolloutSampleLogger"]

@@ -50,6 +50,9 @@ class RolloutSampleLogger(Callback):
                     "reward": float(rewards.total[i].sum()),
                     "components": {k: float(v[i].sum()) for k, v in rewards.components.items()},
                 }
+                if t.steps:  # tool-using environments: what the policy searched and found
+                    row["steps"] = [{"action": s.action, "query": s.query, "passage_ids": s.passage_ids}
+                                    for s in t.steps]
                 if self.include_prompt:
                     row["prompt"] = t.prompt_text
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -9,6 +9,7 @@ resumed run sees exactly the batches the uninterrupted run would have seen.
 from __future__ import annotations
 
 import random
+from dataclasses import asdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from lit_rag.data.readers import FORMATS, read_examples
 from lit_rag.data.synthetic import SyntheticWorld
-from lit_rag.types import Example
+from lit_rag.types import Example, Passage
 
 SYNTHETIC = "synthetic"
 
@@ -132,6 +133,10 @@ class ResumableLoader:
         self._resume = True
 
 
+def _example_from_dict(row: dict[str, Any]) -> Example:
+    return Example(**{**row, "references": [Passage(**p) for p in row.get("references", [])]})
+
+
 def limit_references(example: Example, max_references: int | None) -> Example:
     """Keep every gold reference and the first non-gold ones, in order, up to ``max_references``.
 
@@ -180,6 +185,10 @@ class QADataModule(L.LightningDataModule):
         val_batch_size: Examples per validation/test batch (default: batch_size).
         shuffle: Shuffle the training examples each epoch.
         seed: Seed of the training order.
+        forest: R2AG's progressive iterative training (r2ag.md Algorithm 1): epoch ``j`` trains
+            on RR-Forest^j, the pruned trees collected during epoch ``j - 1`` (epoch 0: the
+            questions). Needs ``trainer.reload_dataloaders_every_n_epochs: 1`` and the
+            :class:`~lit_rag.callbacks.ProgressiveForest` callback, which adds the trees.
     """
 
     def __init__(
@@ -198,6 +207,7 @@ class QADataModule(L.LightningDataModule):
         val_batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
+        forest: bool = False,
     ) -> None:
         super().__init__()
         self._check_args(num_train, num_val, max_references, batch_size, val_batch_size)
@@ -222,6 +232,10 @@ class QADataModule(L.LightningDataModule):
         self.seed = seed
         self._world: SyntheticWorld | None = None
         self._splits: dict[str, list[Example]] = {}
+        self.forest = forest
+        self.iteration = 0
+        self.current: list[Example] = []  # RR-Forest^j for j >= 1
+        self.next: dict[tuple[str, tuple[str, ...]], Example] = {}  # RR-Forest^{j+1}, deduplicated
 
     @staticmethod
     def _check_args(
@@ -316,11 +330,51 @@ class QADataModule(L.LightningDataModule):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
+    # ------------------------------------------------------------------ the RR-Forest
+
+    def add_contexts(self, examples: list[Example]) -> int:
+        """Add pruned trees to the next iteration's pool (one per question and set of retrieved
+        gold ids); returns how many were new."""
+        added = 0
+        for ex in examples:
+            key = (ex.id, tuple(sorted(ex.meta.get("r2ag", {}).get("retrieved", []))))
+            if key not in self.next:
+                self.next[key] = ex
+                added += 1
+        return added
+
+    def pool(self) -> list[Example]:
+        """The training examples of the current iteration (all of them without ``forest``)."""
+        return self.current if self.forest and self.iteration > 0 else self.train_examples()
+
+    def state_dict(self) -> dict[str, Any]:
+        if not self.forest:
+            return {}
+        return {"iteration": self.iteration, "current": [asdict(e) for e in self.current],
+                "next": [asdict(e) for e in self.next.values()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.iteration = int(state.get("iteration", 0))
+        self.current = [_example_from_dict(r) for r in state.get("current", [])]
+        self.next = {}
+        self.add_contexts([_example_from_dict(r) for r in state.get("next", [])])
+
     def train_dataloader(self) -> ResumableLoader:
         """Shuffled, resumable batches (``list[Example]``) for this process's rank."""
         trainer = self.trainer
+        if self.forest:
+            if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
+                raise ValueError(
+                    "data.forest needs trainer.reload_dataloaders_every_n_epochs: 1 (each epoch is one "
+                    f"forest iteration); got {trainer.reload_dataloaders_every_n_epochs}"
+                )
+            epoch = trainer.current_epoch if trainer is not None else 0
+            if epoch > self.iteration:  # a new iteration: the collected trees become the pool
+                self.current, self.next, self.iteration = list(self.next.values()), {}, epoch
         return ResumableLoader(
-            self.train_examples(),
+            self.pool(),
             batch_size=self.batch_size,
             shuffle=self.shuffle,
             seed=self.seed,

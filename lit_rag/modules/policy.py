@@ -153,7 +153,13 @@ class PolicyModule(LightningModule):
         started = time.perf_counter()
         trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2
         rewards = self.reward(trajectories)  # step 3
-        prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
+        rounds = getattr(self.algorithm, "dynamic_sampling_rounds", 0)
+        if rounds:  # DAPO dynamic sampling: refill the groups that carry no gradient
+            trajectories, rewards, used = self._refill(trajectories, rewards, len(batch), rounds)
+            prepared = self.algorithm.prepare(trajectories, rewards, max_groups=len(batch))  # step 4
+            prepared["metrics"]["dynamic_sampling_rounds"] = torch.tensor(float(used))
+        else:
+            prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
         rolled = time.perf_counter()
         metrics = self.optimize(prepared)  # step 5
         self.engine.sync_weights()
@@ -166,11 +172,45 @@ class PolicyModule(LightningModule):
         self.last_metrics = metrics
         self._log(metrics, batch_size=len(batch))
 
+    def _refill(self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int):
+        """Sample extra prompt batches until ``target`` groups have reward variance (at most
+        ``rounds`` extra batches). Extra prompts are drawn from the training pool with an RNG
+        seeded by the step, so a resumed run draws the same ones."""
+        used = 0
+        while used < rounds and self.algorithm.informative_groups(trajectories, rewards) < target:
+            extra = self._extra_examples(target, used)
+            if not extra:
+                break
+            more = self.rollout(extra, self.sampling, self.group_size)
+            offset = max(t.group for t in trajectories) + 1
+            for t in more:
+                t.group += offset
+            more_rewards = self.reward(more)
+            trajectories = trajectories + more
+            rewards = RewardBreakdown(
+                total=torch.cat([rewards.total, more_rewards.total]),
+                components={k: torch.cat([v, more_rewards.components[k]]) for k, v in rewards.components.items()},
+            )
+            used += 1
+        return trajectories, rewards, used
+
+    def _extra_examples(self, n: int, round_index: int) -> list[Example]:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is None:
+            return []
+        pool = datamodule.pool() if hasattr(datamodule, "pool") else datamodule.train_examples()
+        seed = getattr(datamodule, "seed", 0)
+        rng = random.Random(f"{seed}-refill-{self.global_step}-{round_index}-{self.global_rank}")
+        return rng.sample(pool, min(n, len(pool)))
+
     @torch.no_grad()
-    def rollout(self, examples: list[Example], params: SamplingParams, group_size: int) -> list[Trajectory]:
+    def rollout(self, examples: list[Example], params: SamplingParams, group_size: int | None) -> list[Trajectory]:
+        """Training rollout with ``group_size`` samples each; ``None``: validation rollout."""
         was_training = self.model.training
         self.model.eval()
         try:
+            if group_size is None:
+                return self.environment.validation_rollout(examples, self.engine, params)
             return self.environment.rollout(examples, self.engine, group_size, params)
         finally:
             self.model.train(was_training)
@@ -224,7 +264,7 @@ class PolicyModule(LightningModule):
 
     # ---- validation ----------------------------------------------------------------------
     def validation_step(self, batch: list[Example], batch_idx: int) -> None:
-        trajectories = self.rollout(batch, self.val_sampling, 1)
+        trajectories = self.rollout(batch, self.val_sampling, None)
         rewards = self.reward(trajectories)
         answers = [self.environment.extract_answer(t) for t in trajectories]
         targets = [t.example.answers for t in trajectories]

@@ -15,8 +15,13 @@ Aggregation (``loss_aggregation``), written as per-token weights so micro-batche
     ``token``     DAPO Section 3.3: mean over all tokens of the batch (1 / sum |o_i|).
     ``constant``  Dr. GRPO: sum over tokens divided by N x max_completion_length.
 ``scale_rewards``: ``group`` (GRPO), ``batch`` (std over the whole batch), ``none`` (Dr. GRPO).
-``drop_zero_variance_groups``: DAPO's dynamic-sampling filter (groups whose rewards are all
-equal carry no gradient); refilling the batch with new prompts is the trainer's job.
+DAPO options (Yu et al., 2025; R2AG Eq. 6 builds on them): asymmetric clip (``epsilon``,
+``epsilon_high``), token-level aggregation, dynamic sampling (``drop_zero_variance_groups``
+removes groups whose rewards are all equal, which carry no gradient; with
+``dynamic_sampling_rounds`` > 0 the policy module samples up to that many extra batches of
+prompts to keep the batch full, DAPO Algorithm 1, and ``prepare`` keeps at most the batch's
+number of groups), and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them
+out of it (DAPO's overlong filtering). R2AG instead zeroes their reward (the reward's job).
 std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
 """
 
@@ -47,6 +52,9 @@ class GRPO(Algorithm):
         max_completion_length: Normalizer of ``constant`` aggregation (defaults to the
             batch's padded completion width).
         drop_zero_variance_groups: Remove groups whose rewards are all equal.
+        dynamic_sampling_rounds: Extra prompt batches to sample (at most) to refill the groups
+            that ``drop_zero_variance_groups`` removed; 0 disables refilling.
+        overlong: ``keep`` or ``mask`` (truncated outputs contribute no loss).
     """
 
     def __init__(
@@ -60,7 +68,15 @@ class GRPO(Algorithm):
         scale_rewards: str = "group",
         max_completion_length: int | None = None,
         drop_zero_variance_groups: bool = False,
+        dynamic_sampling_rounds: int = 0,
+        overlong: str = "keep",
     ) -> None:
+        if overlong not in ("keep", "mask"):
+            raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
+        if dynamic_sampling_rounds < 0:
+            raise ValueError(f"grpo dynamic_sampling_rounds must be >= 0, got {dynamic_sampling_rounds}")
+        if dynamic_sampling_rounds and not drop_zero_variance_groups:
+            raise ValueError("grpo dynamic_sampling_rounds needs drop_zero_variance_groups: true")
         if loss_aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"grpo loss_aggregation '{loss_aggregation}' is not known; allowed: {', '.join(AGGREGATIONS)}"
@@ -83,6 +99,14 @@ class GRPO(Algorithm):
         self.scale_rewards = scale_rewards
         self.max_completion_length = max_completion_length
         self.drop_zero_variance_groups = drop_zero_variance_groups
+        self.dynamic_sampling_rounds = dynamic_sampling_rounds
+        self.overlong = overlong
+
+    def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
+        """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
+        groups = torch.tensor([t.group for t in trajectories])
+        _, flat = self.advantages(rewards.total.float(), groups)
+        return len({t.group for t, f in zip(trajectories, flat.tolist()) if not f})
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
@@ -106,13 +130,18 @@ class GRPO(Algorithm):
             flat[idx] = bool(std < 1e-6) or r.numel() == 1
         return advantages, flat
 
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> dict:
+    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> dict:
+        """Advantages and token weights; with ``max_groups``, the first that many kept groups."""
         total = rewards.total.float()
         if total.dim() != 1:
             raise ValueError("grpo needs one reward per trajectory; got shape " f"{tuple(total.shape)}")
         groups = torch.tensor([t.group for t in trajectories])
         advantages, flat = self.advantages(total, groups)
         keep = ~flat if self.drop_zero_variance_groups else torch.ones_like(flat)
+        if max_groups is not None:  # dynamic sampling: exactly the batch's number of groups
+            kept_groups = list(dict.fromkeys(g for g, k in zip(groups.tolist(), keep.tolist()) if k))
+            allowed = set(kept_groups[:max_groups])
+            keep = keep & torch.tensor([g in allowed for g in groups.tolist()])
         metrics = {
             "zero_variance_group_fraction": flat.float().mean(),
             "reward_std_in_group": _mean_group_std(total, groups),
@@ -121,6 +150,10 @@ class GRPO(Algorithm):
         if not kept:
             return {"size": 0, "metrics": metrics}
         batch = collate(kept)
+        if self.overlong == "mask":
+            truncated = torch.tensor([t.truncated for t in kept])
+            batch["completion_mask"][truncated] = 0.0
+            metrics["overlong_masked_fraction"] = truncated.float().mean()
         mask = batch["completion_mask"]  # [N, C]
         n, width = mask.shape
         lengths = mask.sum(-1).clamp(min=1)  # [N]

@@ -27,6 +27,14 @@ class Environment(ABC):
     ) -> list[Trajectory]:
         """``group_size`` trajectories per example, grouped contiguously (``group`` = index)."""
 
+    def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
+        """One trajectory per example for validation / test (default: :meth:`rollout`, G = 1).
+
+        Environments whose inference differs from a training step (R2AG expands whole trees and
+        then reads) override it.
+        """
+        return self.rollout(examples, engine, 1, params)
+
     @abstractmethod
     def extract_answer(self, trajectory: Trajectory) -> str:
         """The final answer the trajectory gave ("" when it gave none)."""

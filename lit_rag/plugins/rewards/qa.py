@@ -149,6 +149,31 @@ def extract_tag(text: str, tag: str) -> str | None:
     return text[start:end].strip()
 
 
+def tag_blocks(text: str, tag: str) -> list[str]:
+    """Stripped contents of every complete ``<tag>...</tag>`` block, in order.
+
+    Linear time (``str.find``), never raises. In ``<t>a<t>b</t>`` the block is ``b`` (the
+    innermost opening tag before the closing one).
+
+    Example:
+        >>> tag_blocks("<evaluate> a </evaluate> x <evaluate>b</evaluate> <evaluate>c", "evaluate")
+        ['a', 'b']
+    """
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    blocks, pos = [], 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            return blocks
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            return blocks
+        inner = text[start + len(open_tag) : end]
+        nested = inner.rfind(open_tag)
+        blocks.append((inner[nested + len(open_tag) :] if nested >= 0 else inner).strip())
+        pos = end + len(close_tag)
+
+
 def _predictions(trajectories: list[Trajectory], answer_tag: str | None) -> list[str | None]:
     if not answer_tag:
         return [t.text for t in trajectories]

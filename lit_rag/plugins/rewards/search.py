@@ -24,30 +24,8 @@ import torch
 
 from lit_rag.plugins.environments.search_agent import final_answer, policy_text
 from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import exact_match, normalize_answer
+from lit_rag.plugins.rewards.qa import exact_match, normalize_answer, tag_blocks
 from lit_rag.types import RewardBreakdown, Trajectory
-
-
-def tag_blocks(text: str, tag: str) -> list[str]:
-    """Contents of every complete ``<tag>...</tag>`` block, in order (linear, never raises).
-
-    Example:
-        >>> tag_blocks("<evaluate>a</evaluate> x <evaluate>b", "evaluate")
-        ['a']
-    """
-    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
-    blocks, pos = [], 0
-    while True:
-        start = text.find(open_tag, pos)
-        if start < 0:
-            return blocks
-        end = text.find(close_tag, start + len(open_tag))
-        if end < 0:
-            return blocks
-        inner = text[start + len(open_tag) : end]
-        nested = inner.rfind(open_tag)  # "<e>a<e>b</e>": the block is "b"
-        blocks.append(inner[nested + len(open_tag) :] if nested >= 0 else inner)
-        pos = end + len(close_tag)
 
 
 def answer_in_text(text: str, answers: list[str]) -> bool:

@@ -1,0 +1,61 @@
+"""``ProgressiveForest``: R2AG's RR-Forest iterations (r2ag.md Algorithm 1) as a callback.
+
+After every training step the environment prunes the step's trees (``next_contexts``) and the
+pruned ones go into the next pool of the datamodule (``data.forest: true``); at the end
+of an epoch (one iteration) training stops when nothing is left to expand or ``max_iterations``
+iterations have run. In multi-process runs each rank adds its own samples' trees; each rank
+then trains on its own shard of its pool.
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import Callback
+
+
+class ProgressiveForest(Callback):
+    """Feeds pruned retrieval trees back into the training pool.
+
+    Args:
+        max_iterations: Stop after this many iterations (epochs); None: only when the forest is
+            exhausted. The environment also stops pruning past its ``max_iterations`` (L_MAX-I).
+    """
+
+    def __init__(self, max_iterations: int | None = None) -> None:
+        self.max_iterations = max_iterations
+        self.added = 0
+
+    def _datamodule(self, trainer):
+        datamodule = trainer.datamodule
+        if datamodule is None or not getattr(datamodule, "forest", False):
+            raise ValueError("ProgressiveForest needs data.forest: true (and trainer.reload_dataloaders_every_n_epochs: 1)")
+        return datamodule
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._datamodule(trainer)
+        if not hasattr(pl_module.environment, "next_contexts"):
+            raise ValueError("ProgressiveForest needs an environment with next_contexts (retrieval_tree)")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if pl_module.last_rollout is None:
+            return
+        trajectories, _ = pl_module.last_rollout
+        datamodule = self._datamodule(trainer)
+        self.added += datamodule.add_contexts(pl_module.environment.next_contexts(trajectories))
+        pl_module.log("forest/iteration", float(datamodule.iteration), on_step=True, batch_size=1)
+        pl_module.log("forest/next_pool", float(len(datamodule.next)), on_step=True, batch_size=1)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        datamodule = self._datamodule(trainer)
+        remaining = torch.tensor(float(len(datamodule.next)), device=pl_module.device)
+        if trainer.world_size > 1:  # every rank stops together
+            remaining = trainer.strategy.reduce(remaining, reduce_op="sum")
+        done = datamodule.iteration + 1
+        if float(remaining) == 0 or (self.max_iterations is not None and done >= self.max_iterations):
+            trainer.should_stop = True
+
+    def state_dict(self) -> dict:
+        return {"added": self.added}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.added = int(state_dict.get("added", 0))

@@ -1,0 +1,123 @@
+"""R2AG's Top-Survivor reward (r2ag.md Section 2.4, Eq. 5; Appendix B.2).
+
+For one expansion with base branches ``b_1..b_xb`` and predicted branches ``p_1..p_xp`` (each a
+query and its retrieved documents), gold set ``g`` and documents retrieved before ``r_prior``:
+
+- Multi-Hit@top-1: ``R_MH = R_MH^b + l * R_MH^p``, the number of *new* gold documents the base
+  (resp. predicted) branches retrieved;
+- Joint-Hit@top-1: ``R_JH = 1`` when every gold document is retrieved by now and the output
+  says "stop retrieval";
+- Top-t/x AP: ``R_AP = R_AP^b + R_AP^p`` with
+  ``R_AP^* = 1/|g| * sum_{u=1..t} precision@u * 1{r_u in g}`` over the first ``t`` branches
+  (``t = 4`` base, ``t = 2`` predicted);
+- format: 0.01 per ``<base-Q>`` / ``<predicted-Q>`` segment after a ``<think>`` block, at most
+  0.02 in all;
+- ``R = alpha * R_MH + beta * R_JH + gamma * R_AP + R_f`` (alpha 0.2, beta 0.3, gamma 0.2,
+  l 1.25), and ``R = 0`` when the output has no ``<think>`` block, when it stops before all
+  gold is retrieved, or when it hit the length limit.
+
+Decisions where the formula and the text differ, or are silent:
+
+- Eq. 5 sums indicators over branches, so two branches retrieving the same new gold document
+  would count it twice; the text says "the number of newly retrieved gold documents". We count
+  each new gold document once (base branches first), so repeating a query earns nothing.
+- ``1{r_u in g}`` in AP is literal: a branch whose document is gold counts, new or not.
+- With ``k > 1`` documents per query a branch hits when any of its documents is gold.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rag.plugins.rewards.base import Reward
+from lit_rag.types import RewardBreakdown, Trajectory
+
+
+def new_gold(branches: list[list[str]], gold: set[str], seen: set[str]) -> int:
+    """New gold documents among ``branches`` (each a list of ids); updates ``seen``."""
+    count = 0
+    for ids in branches:
+        for pid in ids:
+            if pid in gold and pid not in seen:
+                count += 1
+                seen.add(pid)
+    return count
+
+
+def top_t_ap(branches: list[list[str]], gold: set[str], t: int) -> float:
+    """``1/|g| * sum_{u<=t} precision@u * 1{branch u hits gold}`` over the first ``t`` branches.
+
+    Example:
+        >>> top_t_ap([["g1"], ["x"], ["g2"]], {"g1", "g2"}, t=4)  # (1/1 + 2/3) / 2
+        0.8333333333333333
+    """
+    if not gold:
+        return 0.0
+    hits, total = 0, 0.0
+    for u, ids in enumerate(branches[:t], start=1):
+        if any(pid in gold for pid in ids):
+            hits += 1
+            total += hits / u
+    return total / len(gold)
+
+
+class R2AGReward(Reward):
+    """Top-Survivor reward of one retrieval-tree expansion (Eq. 5).
+
+    Args:
+        alpha: Weight of Multi-Hit@top-1 (0.2).
+        beta: Weight of Joint-Hit@top-1 (0.3).
+        gamma: Weight of top-t/x AP (0.2).
+        predicted_scale: ``l``, the Multi-Hit multiplier of predicted queries (1.25).
+        base_top_t: ``t`` for base queries (4).
+        predicted_top_t: ``t`` for predicted queries (2).
+        format_per_segment: Format reward per query segment after ``<think>`` (0.01).
+        format_max: Cap of the format reward (0.02).
+        zero_on_truncation: Total 0 for outputs that hit the length limit (B.2).
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.2,
+        beta: float = 0.3,
+        gamma: float = 0.2,
+        predicted_scale: float = 1.25,
+        base_top_t: int = 4,
+        predicted_top_t: int = 2,
+        format_per_segment: float = 0.01,
+        format_max: float = 0.02,
+        zero_on_truncation: bool = True,
+    ) -> None:
+        self.weights = {"multi_hit": alpha, "joint_hit": beta, "ap": gamma, "format": 1.0}
+        self.predicted_scale = predicted_scale
+        self.base_top_t, self.predicted_top_t = base_top_t, predicted_top_t
+        self.format_per_segment, self.format_max = format_per_segment, format_max
+        self.zero_on_truncation = zero_on_truncation
+
+    def score(self, t: Trajectory) -> dict[str, float]:
+        gold = set(t.example.gold_ids)
+        prior = set(t.meta.get("prior", []))
+        base = [s.passage_ids for s in t.steps if s.action == "base"]
+        predicted = [s.passage_ids for s in t.steps if s.action == "predicted"]
+        seen = set(prior)
+        mh_base = new_gold(base, gold, seen)
+        mh_predicted = new_gold(predicted, gold, seen)
+        complete = bool(gold) and gold <= seen  # seen = prior + everything retrieved now
+        stop = bool(t.meta.get("stop"))
+        values = {
+            "multi_hit": mh_base + self.predicted_scale * mh_predicted,
+            "joint_hit": float(complete and stop),
+            "ap": top_t_ap(base, gold, self.base_top_t) + top_t_ap(predicted, gold, self.predicted_top_t),
+            "format": min(self.format_max, self.format_per_segment * int(t.meta.get("segments", 0))),
+        }
+        zero = (not t.meta.get("think")) or (stop and not complete) or (self.zero_on_truncation and t.truncated)
+        values["zeroed"] = float(zero)
+        return values
+
+    def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
+        rows = [self.score(t) for t in trajectories]
+        components = {k: torch.tensor([r[k] for r in rows], dtype=torch.float32) for k in
+                      ("multi_hit", "joint_hit", "ap", "format", "zeroed")}
+        total = sum(self.weights[k] * components[k] for k in self.weights)
+        total = torch.where(components["zeroed"] > 0, torch.zeros_like(total), total)
+        return RewardBreakdown(total=total, components=components)
