@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--ckpt", default=None, help="a checkpoint of a training run (LoRA adapters)")
     args, extra = parser.parse_known_args()
-    cli = build_cli(["--config", args.config, *extra], run=False)
+    cli = build_cli(["--config", args.config, f"--data.num_val={args.questions}", *extra], run=False)
     module, data = cli.model, cli.datamodule
     module.configure_model()
     if args.ckpt:

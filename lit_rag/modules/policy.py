@@ -173,12 +173,12 @@ class PolicyModule(LightningModule):
         self._log(metrics, batch_size=len(batch))
 
     def _refill(self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int):
-        """Sample extra prompt batches until ``target`` groups have reward variance (at most
-        ``rounds`` extra batches). Extra prompts are drawn from the training pool with an RNG
-        seeded by the step, so a resumed run draws the same ones."""
+        """Sample extra prompts until ``target`` groups have reward variance (at most ``rounds``
+        extra rounds, each drawing as many prompts as groups are missing). Extra prompts come
+        from the training pool with an RNG seeded by the step, so a resumed run draws the same."""
         used = 0
-        while used < rounds and self.algorithm.informative_groups(trajectories, rewards) < target:
-            extra = self._extra_examples(target, used)
+        while used < rounds and (informative := self.algorithm.informative_groups(trajectories, rewards)) < target:
+            extra = self._extra_examples(target - informative, used)  # as many prompts as are missing
             if not extra:
                 break
             more = self.rollout(extra, self.sampling, self.group_size)

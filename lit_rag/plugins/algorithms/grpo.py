@@ -18,9 +18,9 @@ Aggregation (``loss_aggregation``), written as per-token weights so micro-batche
 DAPO options (Yu et al., 2025; R2AG Eq. 6 builds on them): asymmetric clip (``epsilon``,
 ``epsilon_high``), token-level aggregation, dynamic sampling (``drop_zero_variance_groups``
 removes groups whose rewards are all equal, which carry no gradient; with
-``dynamic_sampling_rounds`` > 0 the policy module samples up to that many extra batches of
-prompts to keep the batch full, DAPO Algorithm 1, and ``prepare`` keeps at most the batch's
-number of groups), and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them
+``dynamic_sampling_rounds`` > 0 the policy module samples extra prompts, as many as groups are
+missing, in at most that many rounds, to keep the batch full (DAPO Algorithm 1 samples whole
+batches; we sample the deficit), and ``prepare`` keeps at most the batch's number of groups), and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them
 out of it (DAPO's overlong filtering). R2AG instead zeroes their reward (the reward's job).
 std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
 """
@@ -52,8 +52,8 @@ class GRPO(Algorithm):
         max_completion_length: Normalizer of ``constant`` aggregation (defaults to the
             batch's padded completion width).
         drop_zero_variance_groups: Remove groups whose rewards are all equal.
-        dynamic_sampling_rounds: Extra prompt batches to sample (at most) to refill the groups
-            that ``drop_zero_variance_groups`` removed; 0 disables refilling.
+        dynamic_sampling_rounds: Most rounds of extra prompts to refill the groups that
+            ``drop_zero_variance_groups`` removed; 0 disables refilling.
         overlong: ``keep`` or ``mask`` (truncated outputs contribute no loss).
     """
 

@@ -153,6 +153,8 @@ class RetrievalTreeEnvironment(Environment):
         reader_max_new_tokens: Token budget of the reader's answer.
         assistant_prefix: Text that starts every steering output (part of the prompt; parsed
             as the start of the output). Off by default; small models need ``"<think>"``.
+        example: A worked input and output appended to the instruction after "Example:". Off
+            by default (the paper's prompt has none); small models need one.
     """
 
     def __init__(
@@ -169,6 +171,7 @@ class RetrievalTreeEnvironment(Environment):
         reader_prompt: str = READER_PROMPT,
         reader_max_new_tokens: int = 32,
         assistant_prefix: str = "",
+        example: str = "",
     ) -> None:
         for name, value in (("top_k", top_k), ("val_top_k", val_top_k), ("max_iterations", max_iterations),
                             ("max_queries", max_queries)):
@@ -186,6 +189,7 @@ class RetrievalTreeEnvironment(Environment):
         self.use_chat_template = use_chat_template
         self.reader_prompt, self.reader_max_new_tokens = reader_prompt, reader_max_new_tokens
         self.assistant_prefix = assistant_prefix
+        self.example = example
 
     def setup(self) -> None:
         self.retriever.search(["lit-rag index check"], 1)
@@ -210,7 +214,8 @@ class RetrievalTreeEnvironment(Environment):
         if tree_state(example)["depth"] == 0 and evidence is None:
             passages = []  # a root has no evidence (dataset references are not retrieval)
         user = self.user_template.format(question=example.question, evidences=self.format_evidence(passages))
-        return self._chat(tokenizer, self.prompt, user) + self.assistant_prefix
+        system = f"{self.prompt}\n\nExample:\n{self.example}" if self.example else self.prompt
+        return self._chat(tokenizer, system, user) + self.assistant_prefix
 
     # ---- training: one expansion per sample ------------------------------------------------
     def rollout(

