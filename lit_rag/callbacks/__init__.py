@@ -3,6 +3,7 @@ schedules come with EVO-RAG)."""
 
 from lit_rag.callbacks.forest import ProgressiveForest
 from lit_rag.callbacks.kl_monitor import KLMonitor
+from lit_rag.callbacks.reward_schedule import RewardWeightScheduler
 from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 
-__all__ = ["KLMonitor", "ProgressiveForest", "RolloutSampleLogger"]
+__all__ = ["KLMonitor", "ProgressiveForest", "RewardWeightScheduler", "RolloutSampleLogger"]

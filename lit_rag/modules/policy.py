@@ -222,9 +222,15 @@ class PolicyModule(LightningModule):
         width = prepared["completion_mask"].shape[1]
         # micro-batches of similar lengths (longest first) waste the least padding; the loss
         # is a sum over rows with batch-normalized token weights, so the order does not matter
+        # algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
+        # ``row_group`` consecutive rows inside one micro-batch
+        unit = getattr(self.algorithm, "row_group", 1)
         lengths = prepared["attention_mask"][:, -width:].sum(-1)  # [N] real completion tokens
-        order = torch.argsort(lengths, descending=True, stable=True)
-        slices = [order[i : i + self.micro_batch_size] for i in range(0, prepared["size"], self.micro_batch_size)]
+        unit_lengths = lengths.view(-1, unit).max(-1).values  # [N / unit]
+        order = torch.argsort(unit_lengths, descending=True, stable=True)
+        order = (order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()  # rows, units kept whole
+        step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
+        slices = [order[i : i + step] for i in range(0, prepared["size"], step)]
 
         def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
             out = torch.zeros(prepared["size"], width)
