@@ -1,0 +1,107 @@
+"""EVO-RAG's query-rewriting environment driven by a scripted policy (no model):
+search -> backtrack -> answer, search -> refuse, T_max, and sibling branches for DPO."""
+
+import pytest
+import torch
+
+from lit_rag import registry
+from lit_rag.plugins.algorithms.dpo import DPO
+from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, parse_action
+from lit_rag.plugins.rewards.evo_rag import EvoRagReward
+from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.types import Example, Passage
+
+CORPUS = [Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
+          Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
+          Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun.")]
+EX = Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
+PARAMS = SamplingParams(max_new_tokens=32)
+
+
+@pytest.fixture(scope="module")
+def retriever():
+    r = BM25Retriever(stopwords="en")
+    r.build(CORPUS)
+    return r
+
+
+class Scripted(RolloutEngine):
+    def __init__(self, tokenizer, calls):
+        self.tokenizer, self.calls, self.prompts = tokenizer, list(calls), []
+
+    def generate(self, prompts, params):
+        texts = self.calls.pop(0)
+        assert len(texts) == len(prompts)
+        self.prompts.append([self.tokenizer.decode(p) for p in prompts])
+        return [Generation(torch.tensor(ids := self.tokenizer(t, add_special_tokens=False)["input_ids"]),
+                           torch.zeros(len(ids)), t, True) for t in texts]
+
+
+def test_parse_action():
+    assert parse_action("<think>x</think><search> Orbel Mills </search>") == ("search", "Orbel Mills")
+    assert parse_action("<backtrack></backtrack><search>q</search>") == ("backtrack", "")
+    assert parse_action("<answer>Kessa</answer>") == ("answer", "Kessa")
+    assert parse_action("<refuse></refuse>") == ("refuse", "")
+    assert parse_action("<search></search>") == ("invalid", "")
+    assert parse_action("<think><answer>x</answer></think> nothing") == ("invalid", "")
+
+
+def test_search_backtrack_answer_and_search_refuse(tiny_policy, retriever):
+    _, tok = tiny_policy
+    env = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0)
+    other = Example(id="q2", question="What does Vell Works make?", answers=["boats"], gold_ids=["n1"])
+    engine = Scripted(tok, [
+        ["<search>boats Ardun</search>", "<search>Vell Works</search>"],
+        ["<backtrack></backtrack>", "<refuse></refuse>"],
+        ["<search>Orbel Mills founder</search>"],
+        ["<answer>Kessa</answer>"],
+    ])
+    first, second = env.validation_rollout([EX, other], engine, PARAMS)
+    assert [s.action for s in first.steps] == ["search", "backtrack", "search", "answer"]
+    assert first.steps[0].passage_ids == ["n1"] and first.steps[2].passage_ids == ["g1"]
+    # after BACKTRACK the dropped sub-query and its document are gone from the state
+    assert "boats Ardun" in engine.prompts[1][0]
+    assert "boats Ardun" not in engine.prompts[2][0] and "Vell Works makes boats" not in engine.prompts[2][0]
+    assert env.extract_answer(first) == "Kessa"
+    assert [s.action for s in second.steps] == ["search", "refuse"]
+    m = env.metrics([first, second])
+    assert float(m["steps"]) == 3.0 and float(m["refusal_rate"]) == 0.5
+    assert float(m["backtrack_rate"]) == pytest.approx(0.125)  # (1/4 + 0/2) / 2
+    # the step rewards read these episodes: the refusal had enough evidence (n1 retrieved) -> -1
+    r = EvoRagReward()
+    r._embed = lambda texts: torch.eye(len(texts))
+    raw = r.step_rewards(other, second.steps)
+    assert raw["refusal"] == [0.0, -1.0] and raw["retrieval"] == [1.0, 0.0]
+
+
+def test_t_max_ends_the_episode(tiny_policy, retriever):
+    _, tok = tiny_policy
+    env = QueryRewriterEnvironment(retriever, t_max=2, branch_states=0)
+    engine = Scripted(tok, [["hmm"], ["<search>x y</search>"]])
+    (t,) = env.validation_rollout([EX], engine, PARAMS)
+    assert [s.action for s in t.steps] == ["invalid", "search"] and env.extract_answer(t) == ""
+
+
+def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
+    _, tok = tiny_policy
+    env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=1)
+    engine = Scripted(tok, [
+        ["<search>Orbel Mills founder</search>"],   # main episode, t=0
+        ["<answer>Kessa</answer>"],                  # main episode, t=1
+        ["<refuse></refuse>"],                       # the sibling branched at t=0
+    ])
+    trajectories = env.rollout([EX], engine, group_size=2, params=PARAMS)
+    assert [t.meta["state"] for t in trajectories] == ["0:0", "0:0"]
+    assert trajectories[0].prompt_text == trajectories[1].prompt_text  # the shared state
+    assert [[s.action for s in t.steps] for t in trajectories] == [["search", "answer"], ["refuse"]]
+    assert tok.decode(trajectories[1].completion_ids) == "<refuse></refuse>"  # the action compared
+    reward = EvoRagReward()
+    reward._embed = lambda texts: torch.eye(len(texts))
+    returns = reward.returns(trajectories)
+    # search hit (2.0 - 0.02) + answer at t=1 (0.0525 - 0.0215) = 2.011 vs refusal with no
+    # evidence (unanswerable: +1 * 0.5 - 0.02 = 0.48): the main path is chosen
+    assert returns.tolist() == pytest.approx([2.011, 0.48])
+    batch = DPO(margin=0.2).prepare(trajectories, reward(trajectories))
+    assert batch["size"] == 2 and float(batch["metrics"]["return_gap"]) == pytest.approx(1.531)
+    assert registry.resolve("environment", "query_rewriter") is QueryRewriterEnvironment
