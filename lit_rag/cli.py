@@ -129,13 +129,38 @@ def print_plugins() -> None:
         print("  ".join(col.ljust(w) for col, w in zip(row, widths)).rstrip())
 
 
+def _names_module_class(args: list[str]) -> bool:
+    """True when a ``--config`` recipe gives ``model: {class_path: ...}`` (another LightningModule
+    than the policy, e.g. EVO-RAG's reward model)."""
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key in ("--config", "-c"):
+            path = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if Path(path).is_file():
+                model = _load_recipe(path).get("model")
+                if isinstance(model, dict) and "class_path" in model:
+                    return True
+    return False
+
+
 def build_cli(args: list[str], run: bool = True):
-    """The LightningCLI over :class:`PolicyModule` and :class:`QADataModule`."""
+    """The LightningCLI over :class:`PolicyModule` and :class:`QADataModule`.
+
+    A recipe whose ``model`` (and ``data``) name a ``class_path`` runs any LightningModule and
+    LightningDataModule instead (the EVO-RAG reward model recipe does).
+    """
+    from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.cli import LightningCLI
 
     from lit_rag.data.datamodule import QADataModule
     from lit_rag.modules.policy import PolicyModule
 
+    if _names_module_class(args):
+        return LightningCLI(
+            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+            args=resolve_args(args), run=run, save_config_kwargs={"overwrite": True},
+            parser_kwargs={"default_env": False},
+        )
     return LightningCLI(
         PolicyModule,
         QADataModule,

@@ -186,6 +186,11 @@ def test_every_recipe_parses_and_instantiates(recipe: Path) -> None:
     if recipe.name in THIRD_PARTY:
         require_module(THIRD_PARTY[recipe.name])
     built = build_cli(["--config", str(recipe)], run=False)
+    if "class_path" in (yaml.safe_load(recipe.read_text(encoding="utf-8")).get("model") or {}):
+        from lit_rag.modules.reward_model import PairDataModule, RewardModelModule
+
+        assert isinstance(built.model, RewardModelModule) and isinstance(built.datamodule, PairDataModule)
+        return
     assert isinstance(built.model, PolicyModule)
     assert isinstance(built.datamodule, QADataModule)
     assert isinstance(built.model.reward, Reward)
