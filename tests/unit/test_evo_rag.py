@@ -10,7 +10,7 @@ from lit_rag import registry
 from lit_rag.callbacks import RewardWeightScheduler
 from lit_rag.plugins.algorithms.dpo import DPO, preference_pairs
 from lit_rag.plugins.rewards.evo_rag import TABLE_1, EvoRagReward, GoldCoverageVerifier, interpolate
-from lit_rag.types import Example, RewardBreakdown, Step, Trajectory
+from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
 VECTORS = {  # cos(a, a2) = 0.8, cos(a, b) = 0, cos(a, c) = -0.6
@@ -66,7 +66,7 @@ def test_refusal_when_evidence_is_enough_is_penalised_and_answer_only_at_the_end
     assert raw["refusal"] == [0.0, -1.0]  # both gold retrieved: answerable -> -1
     raw = reward().step_rewards(EX, [Step("answer", text="Kessa"), Step("search", "a", ["g1"])])
     assert raw["answer"] == [0.0, 0.0]  # not the terminal step
-    assert GoldCoverageVerifier(min_coverage=0.5)(EX, ["g1"]) is True
+    assert GoldCoverageVerifier(min_coverage=0.5)(EX, [Passage("g1", "", "")]) is True
 
 
 def test_weighted_total_uses_the_time_dependent_weights():
@@ -145,3 +145,19 @@ def test_pairs_come_from_siblings_with_enough_margin():
     assert batch["size"] == 2 and float(batch["metrics"]["pairs"]) == 1.0
     assert registry.resolve("algorithm", "dpo") is DPO
     assert registry.resolve("reward", "evo_rag") is EvoRagReward
+
+
+def test_local_model_verifier_reads_yes_or_no_and_caches():
+    from lit_rag.modules.loading import ModelConfig, TinyConfig
+    from lit_rag.plugins.rewards.evo_rag import LocalModelVerifier
+
+    verifier = LocalModelVerifier(ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2)))
+    evidence = [Passage("g1", "Orbel Mills", "Orbel Mills was founded by Mira Tolvan.")]
+    assert isinstance(verifier(EX, evidence), bool)  # a real (random) tiny model answers something
+    asked = []
+    verifier._cache.clear()
+    verifier.reply = lambda text: asked.append(text) or " Yes, it is."
+    assert verifier(EX, evidence) is True and verifier(EX, evidence) is True
+    assert len(asked) == 1 and "Orbel Mills: Orbel Mills was founded by Mira Tolvan." in asked[0]
+    verifier.reply = lambda text: "No."
+    assert verifier(EX, []) is False

