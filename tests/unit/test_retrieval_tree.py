@@ -16,8 +16,10 @@ from lit_rag.plugins.environments.retrieval_tree import (
 )
 from lit_rag.plugins.rewards.r2ag import R2AGReward, top_t_ap
 from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage, Step, Trajectory
+
+from helpers import ScriptedPolicy
 
 CORPUS = [
     Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
@@ -38,26 +40,9 @@ def retriever():
     return r
 
 
-class ScriptedPolicy(RolloutEngine):
-    """``calls[k]``: the outputs of the k-th generate call, one per prompt, in order."""
-
-    def __init__(self, tokenizer, calls):
-        self.tokenizer, self.calls, self.prompts = tokenizer, list(calls), []
-
-    def generate(self, prompts, params):
-        texts = self.calls.pop(0)
-        assert len(texts) == len(prompts)
-        self.prompts.append([self.tokenizer.decode(p) for p in prompts])
-        out = []
-        for text in texts:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            out.append(Generation(torch.tensor(ids), torch.zeros(len(ids)), text, True))
-        return out
-
-
 def expand(env, tok, outputs, example=EX):
     engine = ScriptedPolicy(tok, [outputs])
-    return env.rollout([example], engine, len(outputs), SamplingParams(max_new_tokens=64)), engine
+    return env.rollout([example], engine, len(outputs), SamplingParams(max_new_tokens=512)), engine
 
 
 def test_parse_expansion():
@@ -174,7 +159,7 @@ def test_inference_expands_until_stop_then_reads(tiny_policy, retriever):
         ["<answer>Kessa</answer>", "<answer>ships</answer>"],  # the reader
     ]
     engine = ScriptedPolicy(tok, calls)
-    trajectories = env.validation_rollout([EX, other], engine, SamplingParams(max_new_tokens=64, temperature=0))
+    trajectories = env.validation_rollout([EX, other], engine, SamplingParams(max_new_tokens=512, temperature=0))
     assert [t.meta["ranked"] for t in trajectories] == [["g1", "g2"], ["n2"]]
     assert [t.meta["iterations"] for t in trajectories] == [3, 2]
     assert "[1] Orbel Mills" in engine.prompts[1][0]  # the second expansion reads the first's document

@@ -1,6 +1,5 @@
 """Eval-RAR's reward (Section 4.2, Eq. 2-5) and Search-R1's outcome reward, case by case."""
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -12,8 +12,10 @@ from lit_rag.plugins.environments.search_agent import (
 )
 from lit_rag.plugins.rewards.search import EvalRarReward
 from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
+
+from helpers import ScriptedPolicy
 
 CORPUS = [
     Passage("p1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
@@ -30,29 +32,6 @@ def retriever():
     r = BM25Retriever(stopwords="en")
     r.build(CORPUS)
     return r
-
-
-class ScriptedPolicy(RolloutEngine):
-    """Emits fixed text: ``calls[k]`` holds the segments for the k-th ``generate`` call, one
-    per prompt in order. Honours ``max_new_tokens`` (cutting and reporting unfinished), and
-    records every call's prompts and sampling parameters."""
-
-    def __init__(self, tokenizer, calls):
-        self.tokenizer, self.calls, self.log = tokenizer, list(calls), []
-
-    def generate(self, prompts, params):
-        assert self.calls, "the environment asked for more generations than scripted"
-        texts = self.calls.pop(0)
-        assert len(texts) == len(prompts), (texts, len(prompts))
-        self.log.append(([self.tokenizer.decode(p) for p in prompts], params))
-        out = []
-        for text in texts:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            finished = len(ids) <= params.max_new_tokens
-            ids = ids[: params.max_new_tokens]
-            out.append(Generation(torch.tensor(ids), torch.full((len(ids),), -0.25),
-                                  self.tokenizer.decode(ids), finished))
-        return out
 
 
 def run(env, tok, calls, examples=(EX,), group_size=1):

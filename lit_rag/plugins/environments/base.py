@@ -10,6 +10,20 @@ from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Trajectory
 
 
+def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True) -> str | None:
+    """System + user messages through the tokenizer's chat template, ready for the assistant;
+    ``None`` when the template is off or the tokenizer has none (the caller writes raw text)."""
+    if not use_chat_template or getattr(tokenizer, "chat_template", None) is None:
+        return None
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of prompt texts (their special tokens are already in the text)."""
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
 class Environment(ABC):
     """Builds prompts, drives the engine (and retriever for tool turns), returns trajectories."""
 
@@ -45,3 +59,13 @@ class Environment(ABC):
         Logged as ``rollout/<name>`` in training and ``val/<name>`` in validation.
         """
         return {}
+
+
+class RetrievalEnvironment(Environment):
+    """An environment that searches ``self.retriever`` during rollouts."""
+
+    retriever: object
+
+    def setup(self) -> None:
+        """Open the retriever's index now (a missing index is an error before any rollout)."""
+        self.retriever.search(["lit-rag index check"], 1)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
 from lit_rag.plugins.rewards.qa import extract_tag
 from lit_rag.retrieval.base import Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
@@ -71,6 +71,7 @@ class _Episode:
     kept: list[tuple[str, list[Passage]]] = field(default_factory=list)  # the state's sub-queries
     steps: list[Step] = field(default_factory=list)
     states: list[str] = field(default_factory=list)  # prompt text before each step
+    state_ids: list[list[int]] = field(default_factory=list)  # its token ids
     actions: list[Generation] = field(default_factory=list)
     found: list[list[Passage]] = field(default_factory=list)  # documents of each step
     done: bool = False
@@ -79,7 +80,8 @@ class _Episode:
         """The episode as it was before step ``t`` (to branch from there)."""
         other = _Episode(self.example_index)
         other.steps = [Step(s.action, s.query, list(s.passage_ids), s.text) for s in self.steps[:t]]
-        other.states, other.actions, other.found = list(self.states[:t]), list(self.actions[:t]), list(self.found[:t])
+        other.states, other.state_ids = list(self.states[:t]), list(self.state_ids[:t])
+        other.actions, other.found = list(self.actions[:t]), list(self.found[:t])
         for s, passages in zip(other.steps, other.found):  # replay the kept state
             _apply(other, s, passages)
         return other
@@ -92,7 +94,7 @@ def _apply(e: _Episode, step: Step, passages: list[Passage]) -> None:
         e.kept.pop()
 
 
-class QueryRewriterEnvironment(Environment):
+class QueryRewriterEnvironment(RetrievalEnvironment):
     """SEARCH / BACKTRACK / ANSWER / REFUSE agent with sibling branches for preferences.
 
     Args:
@@ -123,9 +125,6 @@ class QueryRewriterEnvironment(Environment):
         self.prompt, self.state_template = prompt, state_template
         self.use_chat_template, self.assistant_prefix = use_chat_template, assistant_prefix
 
-    def setup(self) -> None:
-        self.retriever.search(["lit-rag index check"], 1)
-
     def state_prompt(self, example: Example, e: _Episode, tokenizer) -> str:
         lines = []
         for i, (query, passages) in enumerate(e.kept):
@@ -133,10 +132,8 @@ class QueryRewriterEnvironment(Environment):
             lines += [f"  [{j + 1}] {p.title}: {p.text}" for j, p in enumerate(passages)] or ["  (no documents)"]
         history = "\n".join(lines) if lines else "(no sub-queries yet)"
         user = self.state_template.format(question=example.question, history=history)
-        if not self.use_chat_template or getattr(tokenizer, "chat_template", None) is None:
-            return f"{self.prompt}\n\n{user}\n{self.assistant_prefix}"
-        messages = [{"role": "system", "content": self.prompt}, {"role": "user", "content": user}]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + self.assistant_prefix
+        text = chat_prompt(tokenizer, self.prompt, user, self.use_chat_template)
+        return (f"{self.prompt}\n\n{user}\n" if text is None else text) + self.assistant_prefix
 
     def _advance(self, episodes: list[_Episode], examples: list[Example], engine: RolloutEngine,
                  params: SamplingParams) -> None:
@@ -150,16 +147,18 @@ class QueryRewriterEnvironment(Environment):
             if not live:
                 return
             prompts = [self.state_prompt(examples[e.example_index], e, tok) for e in live]
-            generations = engine.generate([tok(p, add_special_tokens=False)["input_ids"] for p in prompts], params)
+            prompt_ids = encode_prompts(tok, prompts)
+            generations = engine.generate(prompt_ids, params)
             parsed = [parse_action(self.assistant_prefix + g.text) for g in generations]
             searches = [(e, arg) for e, (action, arg) in zip(live, parsed) if action == "search"]
             hits = self.retriever.search([q for _, q in searches], self.top_k) if searches else []
             found = {id(e): [h.passage for h in hs] for (e, _), hs in zip(searches, hits)}
-            for e, prompt, gen, (action, arg) in zip(live, prompts, generations, parsed):
+            for e, prompt, ids, gen, (action, arg) in zip(live, prompts, prompt_ids, generations, parsed):
                 passages = found.get(id(e), [])
                 step = Step(action=action, query=arg if action == "search" else None,
                             passage_ids=[p.id for p in passages], text=arg if action == "answer" else gen.text)
                 e.states.append(prompt)
+                e.state_ids.append(ids)
                 e.actions.append(gen)
                 e.steps.append(step)
                 e.found.append(passages)
@@ -182,28 +181,26 @@ class QueryRewriterEnvironment(Environment):
         self._advance(pending, examples, engine, params)
         for e, t, siblings in branches:
             for member in [e, *siblings]:
-                out.append(self._trajectory(member, t, examples, engine, state=f"{e.example_index}:{t}"))
+                out.append(self._trajectory(member, t, examples, state=f"{e.example_index}:{t}"))
         if not branches:  # no branching: one trajectory per episode, its first action
-            out = [self._trajectory(e, 0, examples, engine, state=f"{e.example_index}:0") for e in main if e.steps]
+            out = [self._trajectory(e, 0, examples, state=f"{e.example_index}:0") for e in main if e.steps]
         return out
 
     def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
         episodes = [_Episode(i) for i in range(len(examples))]
         self._advance(episodes, examples, engine, params)
-        return [self._trajectory(e, 0, examples, engine, state=f"{e.example_index}:0") for e in episodes]
+        return [self._trajectory(e, 0, examples, state=f"{e.example_index}:0") for e in episodes]
 
-    def _trajectory(self, e: _Episode, t: int, examples: list[Example], engine: RolloutEngine, state: str) -> Trajectory:
-        tok = engine.tokenizer
-        example = examples[e.example_index]
+    def _trajectory(self, e: _Episode, t: int, examples: list[Example], state: str) -> Trajectory:
+        """The sibling at step ``t``: the state's prompt and the action taken there."""
         if t < len(e.actions):
-            prompt, gen = e.states[t], e.actions[t]
-            ids, logprobs = gen.token_ids, gen.logprobs
-            finished = gen.finished
-        else:
-            prompt, ids, logprobs, finished = "", torch.zeros(0, dtype=torch.long), torch.zeros(0), True
+            prompt, prompt_ids, gen = e.states[t], e.state_ids[t], e.actions[t]
+            ids, logprobs, finished = gen.token_ids, gen.logprobs, gen.finished
+        else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
+            prompt, prompt_ids, ids, logprobs, finished = "", [], torch.zeros(0, dtype=torch.long), torch.zeros(0), True
         return Trajectory(
-            example=example, group=e.example_index,
-            prompt_ids=torch.tensor(tok(prompt, add_special_tokens=False)["input_ids"], dtype=torch.long),
+            example=examples[e.example_index], group=e.example_index,
+            prompt_ids=torch.tensor(prompt_ids, dtype=torch.long),
             completion_ids=ids, loss_mask=torch.ones_like(ids), sampling_logprobs=logprobs,
             text="\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished, prompt_text=prompt,
             meta={"state": state, "branch_step": t,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
 from lit_rag.plugins.rewards.qa import extract_tag, normalize_answer, tag_blocks
 from lit_rag.retrieval.base import Retriever
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
@@ -135,7 +135,7 @@ def tree_state(example: Example) -> dict:
     return state
 
 
-class RetrievalTreeEnvironment(Environment):
+class RetrievalTreeEnvironment(RetrievalEnvironment):
     """R2AG's retrieval-steering environment (training expansions and inference trees).
 
     Args:
@@ -191,15 +191,12 @@ class RetrievalTreeEnvironment(Environment):
         self.assistant_prefix = assistant_prefix
         self.example = example
 
-    def setup(self) -> None:
-        self.retriever.search(["lit-rag index check"], 1)
-
     # ---- prompts ---------------------------------------------------------------------------
     def _chat(self, tokenizer, system: str, user: str) -> str:
-        if not self.use_chat_template or getattr(tokenizer, "chat_template", None) is None:
+        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
+        if text is None:
             return f"{system}\n\n{user}\n" if system else f"{user}\n"
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return text
 
     def format_evidence(self, passages: list[Passage]) -> str:
         if not passages:
@@ -227,7 +224,7 @@ class RetrievalTreeEnvironment(Environment):
     ) -> list[Trajectory]:
         tok = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
-        prompt_ids = [tok(t, add_special_tokens=False)["input_ids"] for t in prompt_texts]
+        prompt_ids = encode_prompts(tok, prompt_texts)
         generations = engine.generate([ids for ids in prompt_ids for _ in range(group_size)], params)
         parsed = [parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations]
         hits = self._search([p.base + p.predicted for p in parsed], self.top_k)

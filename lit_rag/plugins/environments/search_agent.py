@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
 from lit_rag.plugins.rewards.qa import extract_tag
 from lit_rag.retrieval.base import Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
@@ -108,7 +108,7 @@ class _Episode:
         self.truncated = self.truncated or truncated
 
 
-class SearchAgentEnvironment(Environment):
+class SearchAgentEnvironment(RetrievalEnvironment):
     """Search-then-evaluate agent (Eval-RAR Algorithm 1) or search agent (Search-R1).
 
     Args:
@@ -170,20 +170,12 @@ class SearchAgentEnvironment(Environment):
         self.invalid_action_message = invalid_action_message
         self.answer_tag = answer_tag
 
-    def setup(self) -> None:
-        """Open the retriever's index now (a missing index is an error before any rollout)."""
-        self.retriever.search(["lit-rag index check"], 1)
-
     # ---- prompt ----------------------------------------------------------------------------
     def build_prompt(self, example: Example, tokenizer) -> str:
         """Appendix A.1 with the question; through the chat template unless disabled."""
         user = self.prompt_template.format(question=example.question)
-        if not self.use_chat_template or getattr(tokenizer, "chat_template", None) is None:
-            return user + self.assistant_prefix
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
-        )
-        return text + self.assistant_prefix
+        text = chat_prompt(tokenizer, "", user, self.use_chat_template)
+        return (user if text is None else text) + self.assistant_prefix
 
     def format_information(self, hits: list, tokenizer) -> str:
         docs = []
@@ -207,7 +199,7 @@ class SearchAgentEnvironment(Environment):
         """Run every episode to its end; ``params.stop`` is replaced by the phase's stops."""
         tok = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
-        prompt_ids = [tok(t, add_special_tokens=False)["input_ids"] for t in prompt_texts]
+        prompt_ids = encode_prompts(tok, prompt_texts)
         episodes = [_Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)]
         encode = _Encoder(tok)
         while True:

@@ -13,7 +13,7 @@ signal; the CPU quickstart uses them and says so in its recipe.
 
 from __future__ import annotations
 
-from lit_rag.plugins.environments.base import Environment
+from lit_rag.plugins.environments.base import Environment, chat_prompt, encode_prompts
 from lit_rag.plugins.rewards.qa import extract_tag
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, Trajectory
@@ -97,13 +97,10 @@ class SingleTurnEnvironment(Environment):
         user = self.user_template.format(
             question=example.question, references=self.format_references(example.references)
         )
-        if not self.use_chat_template or getattr(tokenizer, "chat_template", None) is None:
+        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
+        if text is None:
             head = f"{system}\n\n" if system else ""
             return f"{head}User: {user}\nAssistant: {self.assistant_prefix}"
-        messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": user}
-        ]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return text + self.assistant_prefix
 
     def rollout(
@@ -115,7 +112,7 @@ class SingleTurnEnvironment(Environment):
     ) -> list[Trajectory]:
         tokenizer = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tokenizer) for ex in examples]
-        prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in prompt_texts]
+        prompt_ids = encode_prompts(tokenizer, prompt_texts)
         repeated = [ids for ids in prompt_ids for _ in range(group_size)]
         generations = engine.generate(repeated, params)
         trajectories = []

@@ -1,0 +1,48 @@
+"""Test helpers shared by several test modules (``tests/`` is on ``sys.path`` under pytest)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from lit_rag.rollout.base import Generation, RolloutEngine
+
+
+class ScriptedPolicy(RolloutEngine):
+    """A policy without a model: ``calls[k]`` holds the texts of the k-th ``generate`` call, one
+    per prompt in order. Honours ``max_new_tokens`` (cut, reported unfinished); every token's
+    log-prob is -0.25. ``log`` records each call's decoded prompts and sampling parameters."""
+
+    def __init__(self, tokenizer, calls):
+        self.tokenizer, self.calls, self.log = tokenizer, list(calls), []
+
+    @property
+    def prompts(self) -> list[list[str]]:
+        return [prompts for prompts, _ in self.log]
+
+    def generate(self, prompts, params):
+        assert self.calls, "the environment asked for more generations than scripted"
+        texts = self.calls.pop(0)
+        assert len(texts) == len(prompts), (texts, len(prompts))
+        self.log.append(([self.tokenizer.decode(p) for p in prompts], params))
+        out = []
+        for text in texts:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            finished = len(ids) <= params.max_new_tokens
+            ids = ids[: params.max_new_tokens]
+            out.append(Generation(torch.tensor(ids, dtype=torch.long), torch.full((len(ids),), -0.25),
+                                  self.tokenizer.decode(ids), finished))
+        return out
+
+
+def require_package(module: str, install: str) -> None:
+    """Skip the calling test module when ``module`` is missing, except in CI, which must have
+    installed it (there a missing package is an error, never a silent skip)."""
+    if importlib.util.find_spec(module) is not None:
+        return
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI must install {module} ({install})")
+    pytest.skip(f"{module} is not installed: {install}", allow_module_level=True)
