@@ -24,9 +24,9 @@ import torch
 
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.modules.loading import ModelConfig, TinyConfig
-from lit_rag.modules.reward_model import RewardModelModule, pairwise_loss, write_pairs
+from lit_rag.modules.reward_model import RewardModelModule, pairwise_loss, sibling_pairs, write_pairs
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
-from lit_rag.plugins.rewards.evo_rag import COMPONENTS, EvoRagReward
+from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 
@@ -82,22 +82,7 @@ def make_pairs(n_questions: int, seed: int, margin: float, branches: int) -> lis
     agent = NoisyAgent(tok, examples, sorted({p.title for p in corpus}), seed)
     reward = EvoRagReward(t_max=8)
     trajectories = env.rollout(examples, agent, group_size=branches, params=SamplingParams(max_new_tokens=64))
-    breakdown = reward(trajectories)
-    returns = breakdown.total.sum(-1)
-    per_component = {k: v.sum(-1) for k, v in breakdown.components.items()}
-    states: dict[str, list[int]] = {}
-    for i, t in enumerate(trajectories):
-        states.setdefault(t.meta["state"], []).append(i)
-    pairs = []
-    for members in states.values():
-        for a in members:
-            for b in members:
-                if float(returns[a] - returns[b]) >= margin:
-                    text = lambda i: trajectories[i].prompt_text + "\n" + "\n".join(  # noqa: E731
-                        f"{s.action}: {s.query or s.text}" for s in trajectories[i].steps[trajectories[i].meta["branch_step"]:])
-                    signs = [float(torch.sign(per_component[k][a] - per_component[k][b])) for k in COMPONENTS]
-                    pairs.append({"chosen": text(a), "rejected": text(b), "signs": signs,
-                                  "margin": float(returns[a] - returns[b]), "question": trajectories[a].example.id})
+    pairs = sibling_pairs(trajectories, reward(trajectories), threshold=margin)
     return pairs
 
 

@@ -37,6 +37,9 @@ def main() -> None:
         trajectories = module.rollout(examples, module.sampling, group)
     seconds = time.perf_counter() - started
     rewards = module.reward(trajectories)
+    if rewards.total.dim() == 2:  # step-level rewards [N, T]: report each trajectory's return
+        print("step-level rewards: per-trajectory sums over steps (weighted total = the return)")
+        rewards = type(rewards)(total=rewards.total.sum(-1), components={k: v.sum(-1) for k, v in rewards.components.items()})
     groups = torch.tensor([t.group for t in trajectories])
     varied = sum(float(rewards.total[groups == g].std()) > 0 for g in groups.unique())
     prompt_tokens = sum(t.prompt_ids.numel() for t in trajectories[::group]) / len(examples)
@@ -51,6 +54,8 @@ def main() -> None:
           f"mean completion {lengths.mean():.1f} tokens; truncated {sum(t.truncated for t in trajectories)}/{len(trajectories)}")
     for name, value in module.environment.metrics(trajectories).items():
         print(f"{name:<20}{float(value):>8.3f}  (mean per trajectory)")
+    prepared = module.algorithm.prepare(trajectories, module.reward(trajectories))
+    print("algorithm:", ", ".join(f"{k} {float(v):.3f}" for k, v in prepared["metrics"].items()))
     for t in trajectories[: args.show]:
         print("----", t.example.answers, "\n" + t.text)
 

@@ -234,9 +234,31 @@ def load_model(config: ModelConfig) -> torch.nn.Module:
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    if config.quantization == "4bit":
+        _keep_4bit_weights_trainable(model)
     if config.lora is not None:
         model = _add_lora(model, config)
     return model
+
+
+def _keep_4bit_weights_trainable(model: torch.nn.Module) -> None:
+    """Stop bitsandbytes from repacking 4-bit weights for its CPU inference kernel.
+
+    bitsandbytes >= 0.47 repacks a ``Linear4bit`` weight in place the first time it runs in
+    eval mode without gradients on a CPU with AVX512-BF16 (our rollouts), and never unpacks it
+    for training: later training forwards go through ``gemv_4bit``, which has no autograd
+    kernel, and the gradients reaching the LoRA adapters are wrong (measured on 0.50.2: relative
+    error 1.07 against a full-precision twin holding the dequantized weights, 0.0 before any
+    eval forward; ``tests/unit/test_qlora_cpu.py``). Keeping the weights unpacked costs CPU
+    rollout speed only; GPU paths never pack.
+    """
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return
+    for module in model.modules():
+        if isinstance(module, Linear4bit) and hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
 
 
 def _bnb_config(quantization: str, compute_dtype: torch.dtype):

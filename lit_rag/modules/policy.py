@@ -287,9 +287,13 @@ class PolicyModule(LightningModule):
     # ---- bookkeeping ---------------------------------------------------------------------
     def _rollout_metrics(self, trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str) -> dict:
         lengths = torch.tensor([float(t.num_generated) for t in trajectories])
-        metrics = {f"{prefix}/total": rewards.total.float().mean()}
+
+        def per_trajectory(values: torch.Tensor) -> torch.Tensor:  # step-level [N, T]: the return
+            return values.float().sum(-1) if values.dim() == 2 else values.float()
+
+        metrics = {f"{prefix}/total": per_trajectory(rewards.total).mean()}
         for name, values in rewards.components.items():
-            metrics[f"{prefix}/{name}"] = values.float().mean()
+            metrics[f"{prefix}/{name}"] = per_trajectory(values).mean()
         head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
         metrics[f"{head}/completion_length"] = lengths.mean()
         metrics[f"{head}/truncated_fraction"] = torch.tensor([float(t.truncated) for t in trajectories]).mean()

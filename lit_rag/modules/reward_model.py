@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+from lit_rag.types import RewardBreakdown, Trajectory
 
 POOLING = ("mean", "last")
 
@@ -68,6 +69,42 @@ def write_pairs(pairs: list[dict], path: str | Path) -> Path:
         for row in pairs:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
+
+
+def trajectory_text(trajectory: Trajectory) -> str:
+    """What the reward model reads: the branching state's prompt, then the branch's steps from
+    there on (the action compared at the state and what followed it)."""
+    start = int(trajectory.meta.get("branch_step", 0))
+    steps = "\n".join(f"{s.action}: {s.query or s.text or ''}" for s in trajectory.steps[start:])
+    return f"{trajectory.prompt_text}\n{steps}"
+
+
+def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, threshold: float = 0.3) -> list[dict]:
+    """Reward-model pairs (Section 3.3): every ordered pair of siblings at one state (same
+    ``meta["state"]``) whose weighted returns differ by at least ``threshold`` (Delta = 0.3).
+
+    Each row has ``chosen`` / ``rejected`` texts (:func:`trajectory_text`), ``margin`` (the
+    return gap), ``signs`` (per component, +1 when the chosen branch's summed component is
+    higher, -1 lower, 0 equal; the order of ``rewards.components``) and ``question``.
+    """
+    total = rewards.total.float()
+    returns = total.sum(-1) if total.dim() == 2 else total
+    per_component = [v.float().sum(-1) if v.dim() == 2 else v.float() for v in rewards.components.values()]
+    states: dict[tuple[str, object], list[int]] = {}
+    for i, t in enumerate(trajectories):
+        states.setdefault((t.example.id, t.meta.get("state", t.group)), []).append(i)
+    rows = []
+    for members in states.values():
+        for a in members:
+            for b in members:
+                gap = float(returns[a] - returns[b])
+                if a != b and gap >= threshold:
+                    rows.append({
+                        "chosen": trajectory_text(trajectories[a]), "rejected": trajectory_text(trajectories[b]),
+                        "margin": gap, "signs": [float(torch.sign(c[a] - c[b])) for c in per_component],
+                        "question": trajectories[a].example.id,
+                    })
+    return rows
 
 
 class PairDataModule(L.LightningDataModule):

@@ -69,6 +69,16 @@ def test_refusal_when_evidence_is_enough_is_penalised_and_answer_only_at_the_end
     assert GoldCoverageVerifier(min_coverage=0.5)(EX, [Passage("g1", "", "")]) is True
 
 
+def test_answerable_verifier_reads_the_label_not_the_evidence():
+    from lit_rag.plugins.rewards.evo_rag import AnswerableVerifier
+
+    r = EvoRagReward(verifier=AnswerableVerifier())
+    # nothing retrieved yet, but the question has gold: refusing is wrong (-1)
+    assert r.step_rewards(EX, [Step("refuse")])["refusal"] == [-1.0]
+    unanswerable = Example(id="u", question="?", answers=[], gold_ids=[])
+    assert r.step_rewards(unanswerable, [Step("refuse")])["refusal"] == [1.0]
+
+
 def test_weighted_total_uses_the_time_dependent_weights():
     r = reward(t_max=20, stage="discovery")
     out = r([traj(Step("search", "a", ["g1"]), Step("answer", text="Kessa"))])

@@ -12,6 +12,17 @@ Loss per pair, with sequence log-probs ``log pi(x) = sum_t log pi(x_t)`` over th
 
 beta = 0.1. The standard form uses the reference model (the LoRA-disabled base); the paper's
 equation omits it, which ``reference_free`` reproduces.
+
+Pair selection by the reward model (Section 3.3: the multi-head preference model "ranks sibling
+actions"): with ``selection: reward_model`` and a scorer attached (the
+:class:`~lit_rag.callbacks.AlternatingRewardModel` callback attaches the trained
+``RewardModelModule`` after its first epoch), siblings are ranked by the model's score and
+``margin`` applies to the score gap. Before a scorer exists the returns are used. The paper
+does not say which scale delta applies to under the reward model; this is our reading.
+
+Effective batch (Section 3.4: 64 pairs, 8-fold accumulation): ``max_pairs`` caps the pairs of
+one optimizer step (the largest gaps are kept) and the policy's ``micro_batch_size`` (in rows,
+two per pair) sets the accumulation: 64 pairs in micro-batches of 16 rows = 8 micro-batches.
 """
 
 from __future__ import annotations
@@ -19,9 +30,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from collections.abc import Callable
+
 from lit_rag.plugins.algorithms.base import Algorithm, LossOutput
 from lit_rag.plugins.algorithms.batching import collate
 from lit_rag.types import RewardBreakdown, Trajectory
+
+
+SELECTIONS = ("return", "reward_model")
 
 
 def preference_pairs(trajectories: list[Trajectory], returns: torch.Tensor, margin: float) -> list[tuple[int, int]]:
@@ -47,15 +63,25 @@ class DPO(Algorithm):
         beta: Inverse temperature (0.1).
         margin: Least return gap for a pair (delta = 0.2).
         reference_free: Drop the reference terms (the paper's equation).
+        selection: Rank siblings by their ``return`` or by the ``reward_model``'s score.
+        max_pairs: Most pairs per optimizer step (largest gaps first); None keeps all.
     """
 
     #: rows of one pair stay together in a micro-batch (chosen, rejected)
     row_group = 2
 
-    def __init__(self, beta: float = 0.1, margin: float = 0.2, reference_free: bool = False) -> None:
+    def __init__(self, beta: float = 0.1, margin: float = 0.2, reference_free: bool = False,
+                 selection: str = "return", max_pairs: int | None = None) -> None:
         if beta <= 0:
             raise ValueError(f"dpo beta must be > 0, got {beta}")
+        if selection not in SELECTIONS:
+            raise ValueError(f"dpo selection '{selection}' is not known; allowed: {', '.join(SELECTIONS)}")
+        if max_pairs is not None and max_pairs < 1:
+            raise ValueError(f"dpo max_pairs must be >= 1 or null, got {max_pairs}")
         self.beta, self.margin, self.reference_free = beta, margin, reference_free
+        self.selection, self.max_pairs = selection, max_pairs
+        #: ``trajectories -> [N]`` preference scores; set by the reward-model callback
+        self.scorer: Callable[[list[Trajectory]], torch.Tensor] | None = None
         self.mu = 1
 
     @property
@@ -65,8 +91,20 @@ class DPO(Algorithm):
     def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> dict:
         total = rewards.total.float()
         returns = total.sum(-1) if total.dim() == 2 else total
-        pairs = preference_pairs(trajectories, returns, self.margin)
-        metrics = {"pairs": torch.tensor(float(len(pairs)))}
+        metrics: dict[str, torch.Tensor] = {}
+        by_model = self.selection == "reward_model" and self.scorer is not None and len(trajectories) > 0
+        if by_model:
+            scores = self.scorer(trajectories).float().cpu()
+            pairs = preference_pairs(trajectories, scores, self.margin)
+            if pairs:  # how often the reward model's choice is also the better return
+                metrics["rm_agreement"] = torch.tensor([float(returns[c] > returns[r]) for c, r in pairs]).mean()
+        else:
+            pairs = preference_pairs(trajectories, returns, self.margin)
+        metrics["pairs"] = torch.tensor(float(len(pairs)))
+        if self.max_pairs is not None and len(pairs) > self.max_pairs:
+            ranking = scores if by_model else returns
+            pairs = sorted(pairs, key=lambda p: -float(ranking[p[0]] - ranking[p[1]]))[: self.max_pairs]
+        metrics["pairs_used"] = torch.tensor(float(len(pairs)))
         if not pairs:
             return {"size": 0, "metrics": metrics}
         rows = [trajectories[i] for pair in pairs for i in pair]  # c0, r0, c1, r1, ...

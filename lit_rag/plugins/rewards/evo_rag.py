@@ -96,6 +96,18 @@ class GoldCoverageVerifier(EvidenceVerifier):
         return len(gold & {p.id for p in evidence}) / len(gold) >= self.min_coverage
 
 
+class AnswerableVerifier(EvidenceVerifier):
+    """The dataset's own label instead of a judgement of the evidence: a question with gold
+    documents is answerable, so REFUSE on it is always wrong (-1), and refusing is rewarded only
+    on questions without gold. The paper's verifier judges the evidence retrieved so far; with
+    a policy that rarely retrieves gold that rewards refusing at the first step (see the CPU
+    quickstart's header). Named for what it checks.
+    """
+
+    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
+        return bool(example.gold_ids)
+
+
 class LocalModelVerifier(EvidenceVerifier):
     """Enough evidence when a local language model says so (the paper's LLM judge, run locally).
 

@@ -1,0 +1,382 @@
+"""CONTRACT test of the ``vllm`` engine against a fake of the vLLM API at the module boundary.
+
+This is not proof that vLLM runs: vLLM needs CUDA and is not installed here. The fake below
+is a hand-written stand-in for the parts of vLLM the engine touches, in the shapes of vLLM
+0.10.2 (``vllm/outputs.py`` ``RequestOutput`` / ``CompletionOutput``, ``vllm/logprobs.py``
+``Logprob``, ``vllm/lora/request.py`` ``LoRARequest``, ``LLM.generate / sleep / wake_up /
+reset_prefix_cache`` and the in-process worker's ``model_runner.model.load_weights``). It
+records every call in order, so the tests pin what the engine sends to vLLM and how it reads
+vLLM's answers; whether real vLLM accepts it is for a GPU run to show.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lit_rag import registry
+from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model, load_tokenizer
+from lit_rag.rollout.base import SamplingParams
+from lit_rag.rollout.vllm import (
+    INSTALL_HINT,
+    VLLMEngine,
+    to_generation,
+    to_vllm_sampling,
+    vllm_weight_names,
+)
+
+TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2)
+LORA = LoraSettings(r=4, alpha=8, dropout=0.0)  # scale = alpha / r = 2
+
+
+# ---- the fake vLLM -------------------------------------------------------------------------
+@dataclass
+class Logprob:  # vllm.logprobs.Logprob
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:  # vllm.outputs.CompletionOutput
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestOutput:  # vllm.outputs.RequestOutput (the fields the engine may read)
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    prompt_logprobs: None
+    outputs: list[CompletionOutput]
+    finished: bool = True
+
+
+@dataclass
+class FakeVLLM:
+    """What the fake saw: ``events`` in call order, plus the payloads."""
+
+    events: list[str] = field(default_factory=list)
+    llm_kwargs: dict | None = None
+    generate_calls: list[dict] = field(default_factory=list)
+    loaded: list[list[tuple[str, torch.Tensor]]] = field(default_factory=list)
+    script: list[CompletionOutput] = field(default_factory=list)
+
+
+def completion(ids: list[int], finish_reason: str = "stop") -> CompletionOutput:
+    """A completion whose i-th token has log-prob -(i + 1) / 10, as vLLM returns it with
+    ``logprobs=0`` (the sampled token's entry only)."""
+    steps = [{t: Logprob(-(i + 1) / 10, rank=1)} for i, t in enumerate(ids)]
+    total = sum(s[t].logprob for s, t in zip(steps, ids))
+    return CompletionOutput(0, "", list(ids), total, steps, finish_reason)
+
+
+def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, in_process: bool = True) -> FakeVLLM:
+    fake = FakeVLLM()
+
+    class SamplingParamsFake:  # vllm.SamplingParams: keep the kwargs
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class LoRARequestFake:  # vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)
+        def __init__(self, lora_name: str, lora_int_id: int, lora_path: str = ""):
+            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+
+    class VLLMModel:  # the worker's model: load_weights(weights=iterable of (name, tensor))
+        def load_weights(self, weights):
+            fake.events.append("load_weights")
+            fake.loaded.append([(name, t.detach().clone()) for name, t in weights])
+
+    class LLM:
+        def __init__(self, **kwargs):
+            fake.events.append("LLM")
+            fake.llm_kwargs = kwargs
+            runner = SimpleNamespace(model=VLLMModel())  # V1: driver_worker.worker.model_runner
+            worker = SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
+            executor = SimpleNamespace(driver_worker=worker)
+            # an out-of-process engine core (or tensor parallel workers) exposes no executor
+            self.llm_engine = SimpleNamespace(model_executor=executor if in_process else None)
+
+        def apply_model(self, func):  # runs func on every worker's model
+            fake.events.append("apply_model")
+            return [func(VLLMModel())]
+
+        def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
+            fake.events.append("generate")
+            fake.generate_calls.append(
+                dict(prompts=prompts, sampling=sampling_params.kwargs, use_tqdm=use_tqdm,
+                     lora_request=lora_request)
+            )
+            out = []
+            for i, p in enumerate(prompts):
+                done = fake.script.pop(0) if fake.script else completion([40 + i, 41])
+                out.append(RequestOutput(str(i), None, p["prompt_token_ids"], None, [done]))
+            return out
+
+        def sleep(self, level: int = 1):
+            fake.events.append(f"sleep(level={level})")
+
+        def reset_prefix_cache(self, device=None) -> bool:
+            fake.events.append("reset_prefix_cache")
+            return True
+
+    if wake_up_tags:  # vLLM >= 0.8.5
+        def wake_up(self, tags: list[str] | None = None):
+            fake.events.append(f"wake_up(tags={tags})" if tags else "wake_up()")
+    else:  # older vLLM: everything at once
+        def wake_up(self):
+            fake.events.append("wake_up()")
+    LLM.wake_up = wake_up
+
+    module = types.ModuleType("vllm")
+    module.LLM, module.SamplingParams = LLM, SamplingParamsFake
+    lora = types.ModuleType("vllm.lora")
+    request = types.ModuleType("vllm.lora.request")
+    request.LoRARequest = LoRARequestFake
+    module.lora, lora.request = lora, request
+    for name, mod in (("vllm", module), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
+        monkeypatch.delenv(var, raising=False)  # the engine sets them; restored afterwards
+    return fake
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    config = ModelConfig(tiny=TINY)
+    return load_model(config).eval(), load_tokenizer(config)
+
+
+@pytest.fixture(scope="module")
+def lora_model():
+    return load_model(ModelConfig(tiny=TINY, lora=LORA)).eval()
+
+
+def bound(model, tok, **kwargs) -> VLLMEngine:
+    engine = VLLMEngine(model_path="/models/tiny", **kwargs)
+    engine.bind(model, tok)
+    return engine
+
+
+# ---- sampling parameters -------------------------------------------------------------------
+def test_sampling_translation_greedy_top_k_stop_and_budget() -> None:
+    greedy = SamplingParams(max_new_tokens=7, temperature=0.0, top_p=0.9, top_k=50, stop=["</answer>"])
+    assert to_vllm_sampling(greedy) == {
+        "n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": 7,
+        "stop": ["</answer>"], "include_stop_str_in_output": True, "logprobs": 0,
+        "detokenize": True, "skip_special_tokens": True,
+    }
+    sampled = to_vllm_sampling(SamplingParams(max_new_tokens=64, temperature=0.9, top_p=0.95, top_k=0))
+    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (0.9, 0.95, -1)  # 0 -> -1
+    assert sampled["max_tokens"] == 64 and sampled["stop"] == [] and sampled["n"] == 1
+    assert sampled["detokenize"] is False  # no stop strings: the engine decodes ids itself
+    assert to_vllm_sampling(SamplingParams(temperature=1.0, top_k=20))["top_k"] == 20
+
+
+# ---- reading vLLM's answers ----------------------------------------------------------------
+def test_logprobs_pick_the_sampled_token_and_finish_reason_sets_finished(tiny) -> None:
+    _, tok = tiny
+    eos = tok.eos_token_id
+    # position 1 sampled 41 at rank 2: vLLM then also lists the rank-1 token (-0.4); pick 41's
+    steps = [{40: Logprob(-0.5, 1)}, {41: Logprob(-1.2, 2), 7: Logprob(-0.4, 1)}, {eos: Logprob(-0.1, 1)}]
+    stopped = to_generation(CompletionOutput(0, "ignored", [40, 41, eos], -1.8, steps, "stop"), tok)
+    assert stopped.token_ids.tolist() == [40, 41, eos]  # EOS kept
+    assert torch.allclose(stopped.logprobs, torch.tensor([-0.5, -1.2, -0.1]))
+    assert stopped.finished and stopped.text == tok.decode([40, 41], skip_special_tokens=True)
+
+    truncated = to_generation(CompletionOutput(0, "ab", [40, 41], -1.7, steps[:2], "length"))
+    assert not truncated.finished and truncated.text == "ab"  # no tokenizer: vLLM's text
+    assert not to_generation(CompletionOutput(0, "", [40], -0.5, steps[:1], "abort")).finished
+
+    with pytest.raises(RuntimeError, match="lack the sampled token 9 at position 0"):
+        to_generation(CompletionOutput(0, "", [9], -0.5, steps[:1], "stop"))
+    with pytest.raises(RuntimeError, match="returned none log-prob entries for 1 tokens"):
+        to_generation(CompletionOutput(0, "", [40], None, None, "stop"))
+
+
+def test_generate_sends_token_prompts_and_converts_outputs(monkeypatch, tiny) -> None:
+    fake = install_fake_vllm(monkeypatch)
+    model, tok = tiny
+    engine = bound(model, tok, sleep_mode=False, gpu_memory_utilization=0.5, max_model_len=1024, seed=3)
+    fake.script = [completion([40, 41, 42], "length"), completion([43, tok.eos_token_id])]
+    params = SamplingParams(max_new_tokens=3, temperature=0.7, stop=["</answer>"])
+    out = engine.generate([[1, 2, 3], [4, 5]], params)
+
+    assert fake.llm_kwargs == {
+        "model": "/models/tiny", "dtype": "auto", "gpu_memory_utilization": 0.5,
+        "tensor_parallel_size": 1, "max_model_len": 1024, "enforce_eager": False, "seed": 3,
+        "enable_sleep_mode": False, "logprobs_mode": "processed_logprobs",
+    }
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process worker
+    (call,) = fake.generate_calls
+    assert call["prompts"] == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4, 5]}]
+    assert call["sampling"] == to_vllm_sampling(params) and call["use_tqdm"] is False
+    assert call["lora_request"] is None
+    assert [g.token_ids.tolist() for g in out] == [[40, 41, 42], [43, tok.eos_token_id]]
+    assert [g.finished for g in out] == [False, True]
+    # completion(): token i has log-prob -(i + 1) / 10
+    assert torch.allclose(out[0].logprobs, torch.tensor([-0.1, -0.2, -0.3]))
+    assert engine.generate([], params) == [] and len(fake.generate_calls) == 1
+
+
+# ---- weight sync ---------------------------------------------------------------------------
+def test_full_model_sync_loads_the_state_dict_under_its_own_names(monkeypatch, tiny) -> None:
+    fake = install_fake_vllm(monkeypatch)
+    model, tok = tiny
+    engine = bound(model, tok)
+    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    (pairs,) = fake.loaded
+    state = model.state_dict()
+    assert [name for name, _ in pairs] == list(state)
+    assert all(torch.equal(t, state[name]) for name, t in pairs)
+
+
+def test_lora_merge_sync_uses_base_names_and_merged_values(monkeypatch, tiny, lora_model) -> None:
+    fake = install_fake_vllm(monkeypatch)
+    base_names = list(tiny[0].state_dict())  # a fresh tiny model: what vLLM's loader expects
+    q_proj = lora_model.base_model.model.model.layers[0].self_attn.q_proj
+    torch.manual_seed(0)
+    with torch.no_grad():
+        q_proj.lora_B["default"].weight.copy_(torch.randn_like(q_proj.lora_B["default"].weight))
+    w = q_proj.base_layer.weight.detach().clone()  # [32, 32]
+    a = q_proj.lora_A["default"].weight.detach()  # [r=4, 32]
+    b = q_proj.lora_B["default"].weight.detach()  # [32, r=4]
+
+    engine = bound(lora_model, tiny[1])
+    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    (pairs,) = fake.loaded
+    assert [name for name, _ in pairs] == base_names
+    pushed = dict(pairs)["model.layers.0.self_attn.q_proj.weight"]
+    # merged = W + (alpha / r) * B @ A = W + (8 / 4) * B @ A
+    assert torch.allclose(pushed, w + 2.0 * b @ a, atol=1e-6)
+    assert not torch.allclose(pushed, w, atol=1e-3)  # the adapter really moved it
+    assert torch.allclose(q_proj.base_layer.weight, w, atol=1e-6)  # unmerged again
+    assert not any(getattr(m, "merged", False) for m in lora_model.modules())
+
+
+def test_out_of_process_workers_get_cpu_weights_through_apply_model(monkeypatch, tiny) -> None:
+    fake = install_fake_vllm(monkeypatch, in_process=False)
+    model, tok = tiny
+    engine = bound(model, tok, tensor_parallel_size=2, sleep_mode=False)
+    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    assert fake.events == ["LLM", "apply_model", "load_weights", "reset_prefix_cache", "generate"]
+    assert fake.llm_kwargs["tensor_parallel_size"] == 2
+    assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"  # apply_model ships a closure
+    (pairs,) = fake.loaded
+    assert [name for name, _ in pairs] == list(model.state_dict())
+    assert all(t.device.type == "cpu" for _, t in pairs)
+
+
+def test_weight_names_peft_rules() -> None:
+    t = torch.zeros(1)
+    names = [
+        "base_model.model.model.layers.0.mlp.up_proj.base_layer.weight",
+        "base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight",
+        "base_model.model.model.layers.0.mlp.up_proj.lora_B.default.weight",
+        "base_model.model.model.embed_tokens.lora_embedding_A.default",
+        "base_model.model.lm_head.original_module.weight",
+        "base_model.model.lm_head.modules_to_save.default.weight",
+        "base_model.model.model.norm.weight",
+    ]
+    got = [n for n, _ in vllm_weight_names([(n, t) for n in names], is_peft=True)]
+    assert got == ["model.layers.0.mlp.up_proj.weight", "lm_head.weight", "model.norm.weight"]
+    assert [n for n, _ in vllm_weight_names([("lm_head.weight", t)], is_peft=False)] == ["lm_head.weight"]
+
+
+# ---- sleep / wake order --------------------------------------------------------------------
+FIRST = ["LLM", "load_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]
+AGAIN = ["wake_up()", "generate", "sleep(level=1)"]  # e.g. validation: no weights to push
+
+
+@pytest.mark.parametrize(
+    ("sleep_mode", "tags", "after_sync"),
+    [
+        (True, True, ["wake_up(tags=['weights'])", "load_weights", "wake_up(tags=['kv_cache'])",
+                      "reset_prefix_cache", "generate", "sleep(level=1)"]),
+        (True, False, ["wake_up()", "load_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]),
+        (False, True, ["load_weights", "reset_prefix_cache", "generate"]),
+    ],
+    ids=["sleep-wake-by-tags", "sleep-old-wake-up", "no-sleep"],
+)
+def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags, after_sync) -> None:
+    fake = install_fake_vllm(monkeypatch, wake_up_tags=tags)
+    model, tok = tiny
+    engine = bound(model, tok, sleep_mode=sleep_mode)
+    params = SamplingParams(max_new_tokens=2)
+    engine.generate([[1]], params)
+    engine.generate([[1]], params)
+    engine.sync_weights()  # what PolicyModule calls after the optimizer step
+    engine.generate([[1]], params)
+    if sleep_mode:
+        assert fake.events == FIRST + AGAIN + after_sync
+    else:
+        assert fake.events == [e for e in FIRST + AGAIN + after_sync if "sleep" not in e and "wake" not in e]
+
+
+# ---- adapter mode --------------------------------------------------------------------------
+def test_adapter_mode_serves_a_new_lora_request_after_sync(monkeypatch, tiny, lora_model) -> None:
+    fake = install_fake_vllm(monkeypatch)
+    engine = bound(lora_model, tiny[1], lora_sync="adapter")
+    params = SamplingParams(max_new_tokens=2)
+    engine.generate([[1]], params)
+    engine.generate([[1]], params)
+    engine.sync_weights()
+    engine.generate([[1]], params)
+
+    kwargs = fake.llm_kwargs
+    assert kwargs["enable_lora"] is True and kwargs["max_loras"] == 1
+    assert kwargs["max_lora_rank"] == 8  # peft r=4 rounded up to vLLM's smallest rank
+    first, again, synced = (c["lora_request"] for c in fake.generate_calls)
+    assert (first.lora_int_id, again.lora_int_id, synced.lora_int_id) == (1, 1, 2)
+    assert again is first and synced.lora_name != first.lora_name
+    assert os.path.isfile(os.path.join(synced.lora_path, "adapter_config.json"))
+    assert not os.path.exists(first.lora_path)  # the old adapter is removed
+    assert "load_weights" not in fake.events  # the base weights in vLLM never change
+
+
+# ---- registration, lazy import, errors -----------------------------------------------------
+def test_registry_resolves_vllm_without_importing_vllm(monkeypatch, tiny) -> None:
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    registry.clear_cache()
+    assert registry.available("engine")["vllm"].package == "lit-rag"
+    cls = registry.resolve("engine", "vllm")
+    assert cls is VLLMEngine
+    engine = cls(model_path="/models/tiny")
+    engine.bind(*tiny)
+    assert "vllm" not in sys.modules  # nothing imports vLLM before the first generate
+
+
+def test_missing_vllm_is_one_clear_import_error(monkeypatch, tiny) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    engine = bound(*tiny)
+    with pytest.raises(ImportError) as info:
+        engine.generate([[1]], SamplingParams())
+    assert str(info.value) == INSTALL_HINT == (
+        "the vllm engine needs vLLM on a CUDA machine: pip install 'lit-rag[vllm]'"
+    )
+
+
+def test_config_errors_are_one_line(monkeypatch, tiny) -> None:
+    model, tok = tiny
+    with pytest.raises(ValueError, match=r"^engine lora_sync 'lora' is not known; allowed: merge, adapter$"):
+        VLLMEngine(lora_sync="lora")
+    with pytest.raises(ValueError, match=r"^engine lora_sync 'adapter' needs a LoRA policy"):
+        VLLMEngine(lora_sync="adapter").bind(model, tok)
+    install_fake_vllm(monkeypatch)
+    engine = VLLMEngine()  # no model_path, and a tiny model has no weights on disk
+    engine.bind(model, tok)
+    with pytest.raises(ValueError, match=r"needs the policy's weights on disk") as info:
+        engine.generate([[1]], SamplingParams())
+    assert "\n" not in str(info.value)
