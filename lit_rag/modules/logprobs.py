@@ -80,6 +80,32 @@ def completion_logprobs(
     return torch.cat(out).view(batch, completion_length)
 
 
+def root_forward_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """:func:`completion_logprobs` through the model's own forward, for sharded models.
+
+    Under FSDP the output head and the embeddings belong to the root unit, whose parameters are
+    gathered only inside the root's forward, so the decoder and the head cannot be called one by
+    one. ``logits_to_keep`` limits the logits to the completion positions (``[B, C, V]``, not
+    chunked: the price of sharding).
+    """
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False, logits_to_keep=completion_length + 1,
+    ).logits[:, :-1].float()  # position t predicts token t + 1: [B, C, V]
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, -completion_length:]
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
 def full_logprobs_reference(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     completion_length: int, temperature: float = 1.0,

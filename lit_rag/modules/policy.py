@@ -18,7 +18,7 @@ from lightning.pytorch import LightningModule
 
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.modules.loading import ModelConfig, has_adapters, load_model, load_tokenizer
-from lit_rag.modules.logprobs import completion_logprobs
+from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
 from lit_rag.plugins.algorithms.base import Algorithm
 from lit_rag.plugins.environments.base import Environment
 from lit_rag.plugins.rewards.base import Reward
@@ -116,6 +116,8 @@ class PolicyModule(LightningModule):
             reference = copy.deepcopy(self.model).eval()
             reference.requires_grad_(False)
             self._reference = [reference]
+        if self._trainer is not None and _is_fsdp(self.trainer.strategy):
+            self.model = _fsdp_wrap(self.model, self.trainer.strategy)
         self.engine.bind(self.model, self.tokenizer)
 
     def reference_logprobs(self, batch: dict, width: int) -> torch.Tensor:
@@ -141,12 +143,23 @@ class PolicyModule(LightningModule):
         prompt_width = input_ids.shape[1] - width
         start = prompt_width - int(attention[:, :prompt_width].sum(-1).max())
         used = max(1, int(attention[:, prompt_width:].sum(-1).max()))
-        logprobs = completion_logprobs(
-            model, input_ids[:, start : prompt_width + used].to(self.device),
-            attention[:, start : prompt_width + used].to(self.device),
-            used, temperature=temperature, chunk_tokens=self.logprob_chunk_tokens,
-        )
+        ids = input_ids[:, start : prompt_width + used].to(self.device)
+        mask = attention[:, start : prompt_width + used].to(self.device)
+        if _is_sharded(model):
+            logprobs = root_forward_logprobs(model, ids, mask, used, temperature=temperature)
+        else:
+            logprobs = completion_logprobs(model, ids, mask, used, temperature=temperature,
+                                           chunk_tokens=self.logprob_chunk_tokens)
         return torch.nn.functional.pad(logprobs, (0, width - used))
+
+    def setup(self, stage: str) -> None:
+        """DeepSpeed clips gradients inside its engine, from its config: give it ``max_grad_norm``
+        (Lightning would take ``trainer.gradient_clip_val``, which manual optimization forbids)."""
+        from lightning.pytorch.strategies import DeepSpeedStrategy
+
+        strategy = self.trainer.strategy
+        if isinstance(strategy, DeepSpeedStrategy) and self.max_grad_norm is not None:
+            strategy.config.setdefault("gradient_clipping", self.max_grad_norm)
 
     # ---- one RL step (DESIGN.md, "Who calls whom") ---------------------------------------
     def training_step(self, batch: list[Example], batch_idx: int) -> None:
@@ -209,9 +222,10 @@ class PolicyModule(LightningModule):
         was_training = self.model.training
         self.model.eval()
         try:
-            if group_size is None:
-                return self.environment.validation_rollout(examples, self.engine, params)
-            return self.environment.rollout(examples, self.engine, group_size, params)
+            with _full_root_params(self.model):
+                if group_size is None:
+                    return self.environment.validation_rollout(examples, self.engine, params)
+                return self.environment.rollout(examples, self.engine, group_size, params)
         finally:
             self.model.train(was_training)
 
@@ -259,7 +273,10 @@ class PolicyModule(LightningModule):
                 for key, value in out.metrics.items():
                     sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value) / len(slices)
             if self.max_grad_norm is not None:
-                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+                if _is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
+                    self.model.clip_grad_norm_(self.max_grad_norm)
+                else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
+                    self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if scheduler is not None:
@@ -335,7 +352,7 @@ class PolicyModule(LightningModule):
             "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
         }
         if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
-            trainable = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+            trainable = {f"model.{_clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
 
@@ -346,6 +363,66 @@ class PolicyModule(LightningModule):
             random.setstate(states["python"])
             name, keys, pos, has_gauss, gauss = states["numpy"]
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _is_fsdp(strategy) -> bool:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return isinstance(strategy, FSDPStrategy)
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(model, FullyShardedDataParallel)
+
+
+def _clean_name(name: str) -> str:
+    """A parameter name without FSDP's wrapper segments (as in its full state dict)."""
+    return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
+
+
+def _fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
+    """Shard the policy itself with FSDP (inside Lightning's ``model_sharded_context``, which
+    carries the strategy's settings), one unit per decoder layer unless the strategy names its
+    own ``auto_wrap_policy``.
+
+    Lightning would otherwise wrap the whole LightningModule, so the training step would run
+    inside the root unit's forward, and the step's own backward passes (one per micro-batch,
+    ``manual_backward``) would fail FSDP's state checks. With the policy as the root, each
+    micro-batch is an ordinary root forward and backward. ``use_orig_params`` lets frozen base
+    weights and trainable LoRA adapters share units.
+    """
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, wrap
+
+    from lit_rag.modules.logprobs import _base_model
+
+    overrides: dict = {"use_orig_params": True}
+    base = _base_model(model)
+    embeddings, head = base.get_input_embeddings(), base.get_output_embeddings()
+    if head is not None and head.weight is embeddings.weight and not embeddings.weight.requires_grad:
+        # a frozen tied embedding/head matrix (LoRA on SmolLM2, Llama-3.2, Qwen2.5-small...) in a
+        # flat parameter breaks FSDP's shared-parameter views after a no-grad forward
+        # (measured: "as_params=True type(prim_param)=Tensor" on torch 2.13); it stays whole
+        overrides["ignored_states"] = [embeddings.weight]
+    if "auto_wrap_policy" not in strategy.kwargs:
+        layers = getattr(base.get_decoder(), "layers", None)
+        if layers is not None and len(layers):
+            overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
+    return wrap(model, **overrides)
+
+
+def _full_root_params(model: torch.nn.Module):
+    """Generation calls the inner model's ``generate``, outside the root FSDP unit's forward:
+    gather the root's own parameters (embeddings, head) for it; the layer units gather theirs in
+    their forward. A no-op context for an unsharded model."""
+    import contextlib
+
+    if not _is_sharded(model):
+        return contextlib.nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(model, recurse=False, writeback=False)
 
 
 def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:

@@ -41,6 +41,6 @@ def test_evo_rag_quickstart_alternates_and_validates(tmp_path, monkeypatch):
         "val/f1", "val/steps", "val/duplicate_query_rate", "val/refusal_rate", "val/backtrack_rate"))
     cycles = [r for r in rows if r.get("reward_model/cycle")]
     pairs = sum(float(r["reward_model/pairs_collected"]) for r in rows if r.get("reward_model/pairs_collected"))
-    # a reward-model epoch follows each policy epoch that gathered pairs
-    assert pairs == 0 or len(cycles) >= 1
-    assert list((path.parent / "preference_pairs").glob("epoch*.jsonl")) or pairs == 0
+    # sibling branches made reward-model pairs, and a reward-model epoch followed each policy epoch
+    assert pairs > 0 and len(cycles) == 2
+    assert sorted(p.name for p in (path.parent / "preference_pairs").glob("epoch*.jsonl"))

@@ -1,0 +1,118 @@
+"""A two-process fit on CPU (gloo) of a tiny random policy; run by ``test_ddp.py``.
+
+    python tests/integration/ddp_fit.py OUT_DIR [ddp | fsdp | fsdp-lora]
+
+Lightning starts the second rank by running this script again. ``fsdp`` uses Lightning's
+``FSDPStrategy`` through :class:`CPUFSDP`, a test shim: Lightning only accepts FSDP on CUDA and
+passes ``device_id=None`` on CPU, which torch's FSDP refuses, so the shim passes the CPU device,
+and gathers the checkpoint without the CPU offload (see below); everything else (wrapping,
+sharding, mixed precision, the full state dict) is the real strategy. Each rank writes
+``OUT_DIR/rank<r>.json``: per step, the examples it rolled out (with their group ids), its own
+reward and KL means, the values logged for the step (reduced across ranks by ``sync_dist``), the
+KL monitor's global values and whether it decided to stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import FSDPStrategy
+
+from lit_rag.callbacks import KLMonitor
+from lit_rag.data.datamodule import QADataModule
+from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig
+from lit_rag.modules.policy import PolicyModule
+from lit_rag.plugins.algorithms.grpo import GRPO
+from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+from lit_rag.plugins.rewards.base import Reward
+from lit_rag.rollout.base import SamplingParams
+from lit_rag.types import RewardBreakdown
+
+warnings.filterwarnings("ignore")
+
+
+class EvenTokens(Reward):
+    """Even token ids per completion: random samples differ, so groups have variance."""
+
+    def __call__(self, trajectories):
+        total = torch.tensor([float((t.completion_ids % 2 == 0).sum()) for t in trajectories])
+        return RewardBreakdown(total=total, components={"even": total})
+
+
+class CPUFSDP(FSDPStrategy):
+    """Lightning's FSDP on CPU for tests (see the module docstring)."""
+
+    @contextlib.contextmanager
+    def model_sharded_context(self):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        with enable_wrap(wrapper_cls=FullyShardedDataParallel, cpu_offload=self.cpu_offload,
+                         mixed_precision=self.mixed_precision_config, sharding_strategy=self.sharding_strategy,
+                         device_id=torch.device("cpu"), **self.kwargs):
+            yield
+
+    def lightning_module_state_dict(self):
+        # Lightning gathers the full state dict with offload_to_cpu=True, which on CPU tensors
+        # (nothing to offload) crashes torch 2.13 in FSDP's state-dict hook (segfault, measured);
+        # on CPU the gathered tensors are already in host memory
+        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+
+        config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
+        with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, config):
+            return self.model.state_dict()
+
+
+class Recorder(Callback):
+    def __init__(self, monitor: KLMonitor) -> None:
+        self.monitor, self.rows = monitor, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        trajectories, _ = pl_module.last_rollout
+        local = pl_module.last_metrics
+        logged = trainer.callback_metrics
+        self.rows.append({
+            "step": trainer.global_step, "rank": trainer.global_rank,
+            "examples": [t.example.id for t in trajectories], "groups": [t.group for t in trajectories],
+            "local_reward": float(local["reward/total"]), "logged_reward": float(logged["reward/total"]),
+            "local_kl": float(local["train/kl"]) if "train/kl" in local else None,
+            "logged_kl": float(logged["train/kl"]) if "train/kl" in logged else None,
+            "global_kl": list(self.monitor.history[-1]) if self.monitor.history else None,
+            "should_stop": bool(trainer.should_stop),
+        })
+
+
+def main(out: Path, kind: str) -> None:
+    L.seed_everything(0)
+    lora = LoraSettings(r=4, alpha=8, dropout=0.0) if kind.endswith("lora") else None
+    module = PolicyModule(
+        policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2), lora=lora),
+        environment=SingleTurnEnvironment(), reward=EvenTokens(), algorithm=GRPO(beta=0.1),
+        group_size=3, sampling=SamplingParams(max_new_tokens=8), micro_batch_size=3, lr=5e-2,
+    )
+    data = QADataModule(num_train=16, num_val=2, batch_size=2, hops=[2], num_distractors=0)
+    # stop once the global max KL exceeds a small threshold: step 0 has KL 0 (policy = reference)
+    monitor = KLMonitor(warn_above=None, stop_above=1e-6, patience=1)
+    recorder = Recorder(monitor)
+    strategy = "ddp" if kind == "ddp" else CPUFSDP(process_group_backend="gloo")
+    checkpoint = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0)
+    trainer = L.Trainer(
+        strategy=strategy, accelerator="cpu", devices=2, max_steps=6, callbacks=[monitor, recorder, checkpoint],
+        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=data)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(recorder.rows))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "ddp")
