@@ -10,6 +10,12 @@ python -m pip install -q "torch==2.13.0"
 if [ "${1:-}" = "dev" ]; then
   python -m pip install -q -e ".[dev]"
   python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty
+  # The scale tests: bitsandbytes' 4-bit layers run on CPU (QLoRA), and DeepSpeed must be
+  # importable for recipes to build with its strategy. DeepSpeed ships as a source package
+  # whose build imports torch: without build isolation it builds against the pinned CPU torch
+  # (an isolated build would pull a multi-GB CUDA torch).
+  python -m pip install -q "bitsandbytes==0.50.2" "torch==2.13.0"
+  python -m pip install -q --no-build-isolation "deepspeed==0.19.8" "torch==2.13.0"
 else
   python -m pip install -q -e .
 fi

@@ -46,3 +46,20 @@ def require_package(module: str, install: str) -> None:
     if os.environ.get("CI"):
         raise RuntimeError(f"CI must install {module} ({install})")
     pytest.skip(f"{module} is not installed: {install}", allow_module_level=True)
+
+
+def pretend_cuda(devices: int = 1):
+    """A context in which torch and Lightning report ``devices`` CUDA GPUs, so a Trainer with a
+    GPU-only strategy (FSDP, DeepSpeed) can be built on a CPU machine. Building only: nothing may
+    run on the pretended devices."""
+    import contextlib
+    from unittest import mock
+
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch("torch.cuda.is_available", lambda: True))
+    stack.enter_context(mock.patch("torch.cuda.device_count", lambda: devices))
+    stack.enter_context(mock.patch("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: devices))
+    stack.enter_context(mock.patch.object(CUDAAccelerator, "is_available", staticmethod(lambda: True)))
+    return stack

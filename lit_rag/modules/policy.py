@@ -178,6 +178,9 @@ class PolicyModule(LightningModule):
         self.engine.sync_weights()
         metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
         metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
+        metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
+        if prepared.get("size", 0):  # tokens through the update's forward and backward (this rank)
+            metrics["tokens/trained"] = prepared["attention_mask"].sum().float() * self.algorithm.mu
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
         metrics.update(_memory_metrics(self.device))
@@ -258,9 +261,12 @@ class PolicyModule(LightningModule):
             if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
                 prepared["old_logprobs"] = per_row(lambda micro: self._logprobs(self.model, micro, width))
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        engine = _deepspeed_engine(self)
         sums: dict[str, float] = {}
         for _ in range(self.algorithm.mu):
-            for s in slices:
+            for index, s in enumerate(slices):
+                if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
+                    engine.set_gradient_accumulation_boundary(index == len(slices) - 1)
                 micro = _take(prepared, s)
                 micro["logprobs"] = self._logprobs(self.model, micro, width)
                 if "old_logprobs" not in prepared:
@@ -363,6 +369,24 @@ class PolicyModule(LightningModule):
             random.setstate(states["python"])
             name, keys, pos, has_gauss, gauss = states["numpy"]
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _deepspeed_engine(module: LightningModule):
+    """The DeepSpeed engine when training under Lightning's DeepSpeed strategy, else None.
+
+    A step accumulates one backward pass per micro-batch before its optimizer step; ZeRO-2
+    reduces gradients at each "accumulation boundary", which by default (Lightning sets
+    ``gradient_accumulation_steps`` from ``accumulate_grad_batches`` = 1) is every backward and
+    refuses a second gradient for the same partition. The engine is told that only the step's
+    last micro-batch is the boundary (``set_gradient_accumulation_boundary``, DeepSpeed's API for
+    caller-owned accumulation).
+    """
+    if module._trainer is None:
+        return None
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    strategy = module.trainer.strategy
+    return strategy.deepspeed_engine if isinstance(strategy, DeepSpeedStrategy) else None
 
 
 def _is_fsdp(strategy) -> bool:
