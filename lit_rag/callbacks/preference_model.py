@@ -23,7 +23,8 @@ count are in the checkpoint, so a resumed run continues the same reward model.
 
 Decisions where the paper is silent: the reward model trains on all pairs gathered so far (not
 only the last epoch's); its optimizer restarts every cycle; held-out questions are chosen by a
-hash of their id.
+hash of their id. With several ranks, each epoch's pairs are gathered from all ranks and every
+rank fits the same model on them (same data, same batch order, same initial heads).
 """
 
 from __future__ import annotations
@@ -117,9 +118,11 @@ class AlternatingRewardModel(Callback):
         pl_module.log("reward_model/pairs_collected", float(len(new)), on_step=True, batch_size=1)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero and trainer.log_dir and len(self.pairs) > self.epoch_start:
+        self._gather_epoch_pairs(trainer)
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank asks
+        if trainer.is_global_zero and log_dir and len(self.pairs) > self.epoch_start:
             write_pairs(self.pairs[self.epoch_start :],
-                        Path(trainer.log_dir) / "preference_pairs" / f"epoch{trainer.current_epoch}.jsonl")
+                        Path(log_dir) / "preference_pairs" / f"epoch{trainer.current_epoch}.jsonl")
         self.epoch_start = len(self.pairs)
         if not self.pairs:
             return
@@ -129,6 +132,18 @@ class AlternatingRewardModel(Callback):
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
         self._attach(pl_module)
+
+    def _gather_epoch_pairs(self, trainer) -> None:
+        """With several ranks, every rank gets every rank's pairs of this epoch (in rank order),
+        so all ranks fit the same reward model on the same pairs and rank siblings alike."""
+        import torch.distributed as dist
+
+        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+            return
+        mine = self.pairs[self.epoch_start :]
+        gathered: list[list[dict]] = [[] for _ in range(dist.get_world_size())]
+        dist.all_gather_object(gathered, mine)
+        self.pairs = self.pairs[: self.epoch_start] + [p for rank in gathered for p in rank]
 
     # ---- the reward-model epoch -----------------------------------------------------------
     def split(self) -> tuple[list[dict], list[dict]]:
@@ -141,8 +156,9 @@ class AlternatingRewardModel(Callback):
     def fit_reward_model(self, trainer) -> dict[str, float]:
         """``epochs`` epochs of the reward model on the pairs so far (a nested Lightning fit)."""
         train, val = self.split()
+        order = torch.Generator().manual_seed(self.cycles)  # the same batches on every rank
         loader = lambda rows, shuffle: DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle,  # noqa: E731
-                                                  collate_fn=lambda b: b)
+                                                  collate_fn=lambda b: b, generator=order)
         inner = L.Trainer(
             accelerator="gpu" if trainer.strategy.root_device.type == "cuda" else "cpu", devices=1,
             precision=trainer.precision, max_epochs=self.epochs, logger=False, enable_checkpointing=False,

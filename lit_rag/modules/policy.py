@@ -234,25 +234,37 @@ class PolicyModule(LightningModule):
 
     def optimize(self, prepared: dict) -> dict[str, torch.Tensor]:
         """mu passes over the batch, each an optimizer step accumulated over micro-batches."""
-        if prepared.get("size", 0) == 0:
+        size = prepared.get("size", 0)
+        slices: list[torch.Tensor] = []
+        width = prepared["completion_mask"].shape[1] if size else 1
+        if size:
+            # micro-batches of similar lengths (longest first) waste the least padding; the loss
+            # is a sum over rows with batch-normalized token weights, so the order does not matter
+            # algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
+            # ``row_group`` consecutive rows inside one micro-batch
+            unit = getattr(self.algorithm, "row_group", 1)
+            lengths = prepared["attention_mask"][:, -width:].sum(-1)  # [N] real completion tokens
+            unit_lengths = lengths.view(-1, unit).max(-1).values  # [N / unit]
+            order = torch.argsort(unit_lengths, descending=True, stable=True)
+            order = (order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()  # rows, units kept whole
+            step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
+            slices = [order[i : i + step] for i in range(0, size, step)]
+        # with several ranks every backward pass (DDP's gradient all-reduce, FSDP's
+        # reduce-scatter) and every sharded forward is a collective: all ranks run as many
+        # passes as the rank with the most micro-batches, the others idle passes (zero loss)
+        passes = self._max_over_ranks(len(slices))
+        if passes == 0:  # no rank has anything to learn from: no optimizer step anywhere
             return {"train/skipped_step": torch.tensor(1.0)}
-        width = prepared["completion_mask"].shape[1]
-        # micro-batches of similar lengths (longest first) waste the least padding; the loss
-        # is a sum over rows with batch-normalized token weights, so the order does not matter
-        # algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
-        # ``row_group`` consecutive rows inside one micro-batch
-        unit = getattr(self.algorithm, "row_group", 1)
-        lengths = prepared["attention_mask"][:, -width:].sum(-1)  # [N] real completion tokens
-        unit_lengths = lengths.view(-1, unit).max(-1).values  # [N / unit]
-        order = torch.argsort(unit_lengths, descending=True, stable=True)
-        order = (order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()  # rows, units kept whole
-        step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
-        slices = [order[i : i + step] for i in range(0, prepared["size"], step)]
+        if size == 0:
+            return self._idle_update(passes)
 
         def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
             out = torch.zeros(prepared["size"], width)
             for s in slices:
                 out[s] = fn(_take(prepared, s)).float().cpu()
+            if _is_sharded(self.model):  # sharded forwards are collectives too
+                for _ in range(passes - len(slices)):
+                    self._logprobs(self.model, self._idle_batch(), 1)
             return out
 
         with torch.no_grad():
@@ -264,10 +276,13 @@ class PolicyModule(LightningModule):
         engine = _deepspeed_engine(self)
         sums: dict[str, float] = {}
         for _ in range(self.algorithm.mu):
-            for index, s in enumerate(slices):
+            for index in range(passes):
                 if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
-                    engine.set_gradient_accumulation_boundary(index == len(slices) - 1)
-                micro = _take(prepared, s)
+                    engine.set_gradient_accumulation_boundary(index == passes - 1)
+                if index >= len(slices):
+                    self.manual_backward(self._idle_loss())
+                    continue
+                micro = _take(prepared, slices[index])
                 micro["logprobs"] = self._logprobs(self.model, micro, width)
                 if "old_logprobs" not in prepared:
                     micro["old_logprobs"] = micro["logprobs"].detach()
@@ -290,6 +305,45 @@ class PolicyModule(LightningModule):
         metrics = {k: torch.tensor(v / self.algorithm.mu) for k, v in sums.items()}
         metrics["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
         return metrics
+
+    def _max_over_ranks(self, n: int) -> int:
+        if self._trainer is None or self.trainer.world_size < 2:
+            return n
+        value = self.trainer.strategy.reduce(torch.tensor(float(n), device=self.device), reduce_op="max")
+        return int(value.item())
+
+    def _idle_batch(self) -> dict:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return {"input_ids": torch.full((1, 2), pad, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long)}
+
+    def _idle_loss(self) -> torch.Tensor:
+        """Zero times the log-prob of one token: a backward pass through every trainable
+        parameter that contributes nothing (a rank with fewer micro-batches joins the others'
+        gradient reduction with it)."""
+        return self._logprobs(self.model, self._idle_batch(), 1).sum() * 0.0
+
+    def _idle_update(self, passes: int) -> dict[str, torch.Tensor]:
+        """This rank has no rows but others do: idle passes and the shared optimizer step."""
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        engine = _deepspeed_engine(self)
+        if _is_sharded(self.model):  # the reference / old log-prob forwards of the other ranks
+            with torch.no_grad():
+                for _ in range(passes * (int(self.algorithm.needs_reference) + int(self.algorithm.mu > 1))):
+                    self._logprobs(self.model, self._idle_batch(), 1)
+        for _ in range(self.algorithm.mu):
+            for index in range(passes):
+                if engine is not None:
+                    engine.set_gradient_accumulation_boundary(index == passes - 1)
+                self.manual_backward(self._idle_loss())
+            if self.max_grad_norm is not None and _is_sharded(self.model):
+                self.model.clip_grad_norm_(self.max_grad_norm)
+            elif self.max_grad_norm is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if scheduler is not None:
+                scheduler.step()
+        return {"train/lr": torch.tensor(optimizer.param_groups[0]["lr"])}
 
     # ---- validation ----------------------------------------------------------------------
     def validation_step(self, batch: list[Example], batch_idx: int) -> None:
@@ -325,11 +379,26 @@ class PolicyModule(LightningModule):
         return metrics
 
     def _log(self, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False) -> None:
-        sync = self.trainer.world_size > 1 if self._trainer is not None else False
-        for key, value in metrics.items():
+        """Log a step's metrics, reduced across ranks (mean) where every rank has the metric.
+
+        The ranks' metric sets can differ (a rank without preference pairs has no DPO margin);
+        a metric only some ranks have is logged unreduced, since a reduction would wait forever
+        for the ranks that lack it.
+        """
+        shared = set(metrics)
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and on_step:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                keys: list[list[str]] = [[] for _ in range(world)]
+                dist.all_gather_object(keys, sorted(metrics))
+                shared = set.intersection(*(set(k) for k in keys))
+        for key in sorted(metrics, key=lambda k: (k not in shared, k)):  # same order on every rank
+            value = metrics[key]
             self.log(
                 key, value.float() if torch.is_tensor(value) else float(value), on_step=on_step,
-                on_epoch=on_epoch, batch_size=batch_size, sync_dist=sync,
+                on_epoch=on_epoch, batch_size=batch_size, sync_dist=world > 1 and key in shared,
                 prog_bar=key in ("reward/total", "train/kl", "val/reward/total"),
             )
 

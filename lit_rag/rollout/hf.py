@@ -102,6 +102,7 @@ class HFEngine(RolloutEngine):
             pad_token_id=pad,
             eos_token_id=sorted(eos) or None,
             use_cache=True,
+            synced_gpus=_sharded_across_ranks(model),
             **kwargs,
         )
         new = result.sequences[:, width:].cpu()  # [N, T]
@@ -124,3 +125,12 @@ class HFEngine(RolloutEngine):
                 )
             )
         return generations
+
+
+def _sharded_across_ranks(model: torch.nn.Module) -> bool:
+    """An FSDP policy on several ranks: each decoding step gathers parameters from every rank,
+    so every rank must run as many steps as the slowest (transformers' ``synced_gpus``)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(model, FullyShardedDataParallel) and dist.is_initialized() and dist.get_world_size() > 1
