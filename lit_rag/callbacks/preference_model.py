@@ -149,8 +149,11 @@ class AlternatingRewardModel(Callback):
     def split(self) -> tuple[list[dict], list[dict]]:
         """(train, val) pairs; a question's pairs all go to one side."""
         cut = int(self.val_fraction * 1000)
-        val = [p for p in self.pairs if zlib.crc32(str(p.get("question", "")).encode()) % 1000 < cut]
-        train = [p for p in self.pairs if zlib.crc32(str(p.get("question", "")).encode()) % 1000 >= cut]
+        train: list[dict] = []
+        val: list[dict] = []
+        for pair in self.pairs:
+            held_out = zlib.crc32(str(pair.get("question", "")).encode()) % 1000 < cut
+            (val if held_out else train).append(pair)
         return (train or val), val
 
     def fit_reward_model(self, trainer) -> dict[str, float]:

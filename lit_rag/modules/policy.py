@@ -255,11 +255,10 @@ class PolicyModule(LightningModule):
         passes = self._max_over_ranks(len(slices))
         if passes == 0:  # no rank has anything to learn from: no optimizer step anywhere
             return {"train/skipped_step": torch.tensor(1.0)}
-        if size == 0:
-            return self._idle_update(passes)
+        # a rank without rows (others have some) runs only idle passes and the shared step
 
         def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
-            out = torch.zeros(prepared["size"], width)
+            out = torch.zeros(size, width)
             for s in slices:
                 out[s] = fn(_take(prepared, s)).float().cpu()
             if _is_sharded(self.model):  # sharded forwards are collectives too
@@ -321,29 +320,6 @@ class PolicyModule(LightningModule):
         parameter that contributes nothing (a rank with fewer micro-batches joins the others'
         gradient reduction with it)."""
         return self._logprobs(self.model, self._idle_batch(), 1).sum() * 0.0
-
-    def _idle_update(self, passes: int) -> dict[str, torch.Tensor]:
-        """This rank has no rows but others do: idle passes and the shared optimizer step."""
-        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        engine = _deepspeed_engine(self)
-        if _is_sharded(self.model):  # the reference / old log-prob forwards of the other ranks
-            with torch.no_grad():
-                for _ in range(passes * (int(self.algorithm.needs_reference) + int(self.algorithm.mu > 1))):
-                    self._logprobs(self.model, self._idle_batch(), 1)
-        for _ in range(self.algorithm.mu):
-            for index in range(passes):
-                if engine is not None:
-                    engine.set_gradient_accumulation_boundary(index == passes - 1)
-                self.manual_backward(self._idle_loss())
-            if self.max_grad_norm is not None and _is_sharded(self.model):
-                self.model.clip_grad_norm_(self.max_grad_norm)
-            elif self.max_grad_norm is not None:
-                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if scheduler is not None:
-                scheduler.step()
-        return {"train/lr": torch.tensor(optimizer.param_groups[0]["lr"])}
 
     # ---- validation ----------------------------------------------------------------------
     def validation_step(self, batch: list[Example], batch_idx: int) -> None:
