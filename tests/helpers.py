@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from lit_rag.plugins.rewards.base import Reward
 from lit_rag.rollout.base import Generation, RolloutEngine
 
 
@@ -63,3 +64,21 @@ def pretend_cuda(devices: int = 1):
     stack.enter_context(mock.patch("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: devices))
     stack.enter_context(mock.patch.object(CUDAAccelerator, "is_available", staticmethod(lambda: True)))
     return stack
+
+
+class EvenTokenReward(Reward):
+    """Test reward: the fraction of even token ids a trajectory generated. Random samples
+    differ in it, so GRPO groups have reward variance and every step moves the weights.
+    Named in recipes by its dotted path ``helpers.EvenTokenReward`` (tests/ is on sys.path)."""
+
+    def __init__(self) -> None:
+        self.weights = {}
+
+    def __call__(self, trajectories):
+        from lit_rag.types import RewardBreakdown
+
+        total = torch.tensor([
+            float((t.completion_ids[t.loss_mask > 0] % 2 == 0).float().mean()) if t.num_generated else 0.0
+            for t in trajectories
+        ])
+        return RewardBreakdown(total=total, components={"even": total.clone()})

