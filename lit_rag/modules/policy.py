@@ -231,6 +231,7 @@ class PolicyModule(LightningModule):
                     return self.environment.validation_rollout(examples, self.engine, params)
                 return self.environment.rollout(examples, self.engine, group_size, params)
         finally:
+            self.engine.idle()
             self.model.train(was_training)
 
     def optimize(self, prepared: dict) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -67,6 +67,49 @@ class RolloutEngine(ABC):
     @abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One completion per prompt (prompts are token-id lists, repeated for groups)."""
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> int:
+        """Queue one completion without waiting for it; returns its ticket for :meth:`collect`.
+
+        Multi-turn environments submit each episode's next segment as soon as its last one
+        is back, so an episode never waits for the slowest one of its turn on an engine that
+        batches continuously (``vllm``).
+        """
+        queue = self.__dict__.setdefault("_queue", [])
+        ticket = self.__dict__.get("_tickets", 0)
+        self._tickets = ticket + 1
+        queue.append((ticket, list(prompt), params))
+        return ticket
+
+    def collect(self) -> list[tuple[int, Generation]]:
+        """Some finished submissions as ``(ticket, generation)``; ``[]`` when none is pending.
+
+        This default runs everything queued at once: one :meth:`generate` call per distinct
+        sampling setting (the token budget aside: a call gets the widest, and each row is cut
+        back to its own), in submission order. Engines with continuous batching return
+        whatever finished first.
+        """
+        queue, self._queue = self.__dict__.get("_queue", []), []
+        groups: dict[str, list[tuple[int, list[int], SamplingParams]]] = {}
+        for item in queue:
+            groups.setdefault(repr(replace(item[2], max_new_tokens=0)), []).append(item)
+        done: list[tuple[int, Generation]] = []
+        for items in groups.values():
+            widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))
+            generations = self.generate([prompt for _, prompt, _ in items], widest)
+            done.extend((t, self._cut(g, p.max_new_tokens)) for (t, _, p), g in zip(items, generations))
+        return done
+
+    def _cut(self, generation: Generation, budget: int) -> Generation:
+        """A generation cut to ``budget`` tokens (unfinished if it ran past it)."""
+        if len(generation.token_ids) <= budget:
+            return generation
+        ids = generation.token_ids[:budget]
+        return Generation(ids, generation.logprobs[:budget],
+                          self.tokenizer.decode(ids, skip_special_tokens=True), finished=False)
+
+    def idle(self) -> None:
+        """A rollout is over (the update comes next): release what generation held."""
 
     def sync_weights(self) -> None:
         """Push the policy's new weights to the engine's copy, if it keeps one."""

@@ -44,18 +44,25 @@ live weights too, so a run resumed from a checkpoint samples from the restored w
   too (its Punica CPU wrapper), checked in the tests.
 
 Sleep mode (``sleep_mode``, default on for CUDA, off on CPU where vLLM has none): vLLM sleeps
-at level 1 (weights offloaded to CPU, KV cache freed) after every ``generate``, so the update
-step gets the GPU memory. One ``generate`` then runs: wake the weights -> push pending weights
--> wake the KV cache -> reset the prefix cache -> generate -> sleep.
+at level 1 (weights offloaded to CPU, KV cache freed) when a rollout is over (``idle``, called
+by the policy module), so the update step gets the GPU memory. The next rollout then starts:
+wake the weights -> push pending weights -> wake the KV cache -> reset the prefix cache.
 
-Not covered: policies sharded across ranks (FSDP, DeepSpeed ZeRO-3) would need their state
-dict gathered before the push. With tensor parallelism the weights travel to vLLM's worker
-processes as CPU tensors through ``collective_rpc``, slower than the in-process path.
+Multi-turn episodes use ``submit`` / ``collect`` (vLLM's ``LLMEngine.add_request`` / ``step``):
+an episode's next segment is queued as soon as its last one is back, so the batch stays full
+and no episode waits for the slowest of its turn.
+
+Not covered: several training ranks (DDP, FSDP, DeepSpeed). A vLLM per rank needs vLLM's
+``external_launcher`` executor (TRL's colocate mode) and, under FSDP, the sharded state dict
+gathered before each push; the engine refuses to start there (one line) instead of failing
+inside vLLM. With tensor parallelism the weights travel to vLLM's worker processes as CPU
+tensors through ``collective_rpc``, slower than the in-process path.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import re
 import shutil
@@ -89,7 +96,26 @@ def _import_vllm():
         import vllm
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
+    for handler in logging.getLogger("vllm").handlers:
+        if not any(isinstance(f, _Benign) for f in handler.filters):
+            handler.addFilter(_Benign())
     return vllm
+
+
+class _Benign(logging.Filter):
+    """Drops vLLM warnings that every lit-rag run triggers by design: fp32 policy tensors
+    loaded into a bf16 vLLM (cast on load), the rotary embedding's derived buffer that no
+    checkpoint holds, and vLLM's own thread-binding notice at start-up."""
+
+    MESSAGES = (
+        "Attempted to load weight",
+        "RotaryEmbedding: Failed to load weights",
+        "doesn't allow to use `torch.set_num_threads`",
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(m in message for m in self.MESSAGES)
 
 
 def to_vllm_sampling(params: SamplingParams) -> dict:
@@ -183,20 +209,6 @@ def vllm_weight_names(
     return pairs
 
 
-def group_requests(prompts: list[list[int]]) -> list[tuple[list[int], list[int]]]:
-    """Identical prompts of one call as one request each: ``(prompt, rows)`` in first-seen
-    order, so a group of G copies is one request with ``n = G`` (one prefill).
-
-    Example:
-        >>> group_requests([[1, 2], [1, 2], [3]])
-        [([1, 2], [0, 1]), ([3], [2])]
-    """
-    rows: dict[tuple[int, ...], list[int]] = {}
-    for row, prompt in enumerate(prompts):
-        rows.setdefault(tuple(int(t) for t in prompt), []).append(row)
-    return [(list(key), value) for key, value in rows.items()]
-
-
 class VLLMEngine(RolloutEngine):
     """Sampling with vLLM in the training process, weights synced after each optimizer step.
 
@@ -217,7 +229,13 @@ class VLLMEngine(RolloutEngine):
             of ~64 s for SmolLM2-135M, and samples ~1.3x slower).
         enable_prefix_caching: Reuse KV blocks of shared prefixes (group prompts, earlier
             turns of an episode).
-        seed: vLLM engine seed.
+        block_size: Tokens per KV block; default: 32 on CPU (vLLM CPU's own default is 128,
+            its attention needs a multiple of 32), vLLM's on GPU. Only whole blocks are reused,
+            so a multi-turn episode recomputes up to one block per turn: 32 instead of 128 cut
+            the Eval-RAR quickstart's multi-turn cost per token from ~1.7x to ~1.4x of
+            single-turn (benchmarks/rollout.py).
+        seed: vLLM engine seed; default: torch's initial seed (``seed_everything`` sets it), so
+            runs of different seeds sample differently.
         logprobs_mode: ``processed_logprobs`` (after temperature/top-k/top-p, the sampling
             distribution) or ``raw_logprobs`` (vLLM's default).
     """
@@ -234,7 +252,8 @@ class VLLMEngine(RolloutEngine):
         max_model_len: int | None = None,
         enforce_eager: bool = False,
         enable_prefix_caching: bool = True,
-        seed: int = 0,
+        block_size: int | None = None,
+        seed: int | None = None,
         logprobs_mode: str = "processed_logprobs",
     ) -> None:
         if lora_sync not in LORA_SYNC:
@@ -260,6 +279,7 @@ class VLLMEngine(RolloutEngine):
         self.max_model_len = max_model_len
         self.enforce_eager = enforce_eager
         self.enable_prefix_caching = enable_prefix_caching
+        self.block_size = block_size
         self.seed = seed
         self.logprobs_mode = logprobs_mode
         self._llm = None
@@ -269,6 +289,10 @@ class VLLMEngine(RolloutEngine):
         self._lora_request = None
         self._adapter_dir: str | None = None
         self._sync_seconds: list[float] = []
+        self._tickets = 0  # submit / collect bookkeeping
+        self._requests = 0
+        self._queued: list[tuple[int, list[int], SamplingParams]] = []
+        self._in_flight: dict[str, list[int]] = {}
 
     # ---- RolloutEngine -------------------------------------------------------------------
     def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
@@ -303,30 +327,66 @@ class VLLMEngine(RolloutEngine):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         if self.model is None or self.tokenizer is None:
             raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
-        if not prompts:
-            return []
+        tickets = [self.submit(prompt, params) for prompt in prompts]
+        done: dict[int, Generation] = {}
+        while len(done) < len(tickets):
+            finished = self.collect()
+            if not finished:
+                raise RuntimeError("vLLM finished without answering every request")
+            done.update(finished)
+        return [done[t] for t in tickets]
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> int:
+        """Queue one completion; identical (prompt, sampling) submissions made before the next
+        :meth:`collect` become one vLLM request with ``n`` samples (one prefill)."""
+        ticket = self._tickets
+        self._tickets += 1
+        self._queued.append((ticket, [int(t) for t in prompt], params))
+        return ticket
+
+    @torch.no_grad()
+    def collect(self) -> list[tuple[int, Generation]]:
+        """Step vLLM until some requests finish; their samples as ``(ticket, generation)``."""
+        if self._queued:
+            self._add_queued()
+        engine = self._llm.llm_engine if self._llm is not None else None
+        while engine is not None and engine.has_unfinished_requests():
+            finished = [out for out in engine.step() if out.finished]
+            if finished:
+                done = []
+                for out in finished:
+                    tickets = self._in_flight.pop(out.request_id)
+                    completions = sorted(out.outputs, key=lambda c: c.index)
+                    done.extend((t, to_generation(c, self.tokenizer)) for t, c in zip(tickets, completions))
+                return done
+        return []
+
+    def idle(self) -> None:
+        """Sleep (GPU sleep mode) until the next rollout: the update gets the memory."""
+        self._sleep()
+
+    def _add_queued(self) -> None:
+        if self.model is None or self.tokenizer is None:
+            raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
         vllm = _import_vllm()
+        from vllm.sampling_params import RequestOutputKind
+
         self._prepare()
-        requests = group_requests(prompts)
-        sampling = []
-        for _, rows in requests:
+        groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
+        for ticket, prompt, params in self._queued:
+            groups.setdefault((tuple(prompt), repr(params)), (prompt, params, []))[2].append(ticket)
+        self._queued = []
+        for prompt, params, tickets in groups.values():
             kwargs = to_vllm_sampling(params)
-            kwargs["n"] = len(rows)
-            sampling.append(vllm.SamplingParams(**kwargs))
-        try:
-            outputs = self._llm.generate(
-                [{"prompt_token_ids": prompt} for prompt, _ in requests],
-                sampling,
-                use_tqdm=False,
+            kwargs["n"] = len(tickets)
+            kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY  # one output, all n samples
+            self._requests += 1
+            request_id = f"lit-rag-{self._requests}"
+            self._llm.llm_engine.add_request(
+                request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
                 lora_request=self._lora_request,
             )
-        finally:
-            self._sleep()
-        generations: list[Generation | None] = [None] * len(prompts)
-        for (_, rows), output in zip(requests, outputs):
-            for row, completion in zip(rows, output.outputs):
-                generations[row] = to_generation(completion, self.tokenizer)
-        return generations  # type: ignore[return-value]
+            self._in_flight[request_id] = tickets
 
     # ---- vLLM lifecycle ------------------------------------------------------------------
     def llm_kwargs(self) -> dict:
@@ -339,13 +399,16 @@ class VLLMEngine(RolloutEngine):
             "max_model_len": self.max_model_len,
             "enforce_eager": self.enforce_eager,
             "enable_prefix_caching": self.enable_prefix_caching,
-            "seed": self.seed,
+            "seed": self.seed if self.seed is not None else torch.initial_seed() % 2**31,
             "enable_sleep_mode": self._sleeps(),
             "logprobs_mode": self.logprobs_mode,
         }
         kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if _on_cpu() else None)
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        block_size = self.block_size if self.block_size is not None else (32 if _on_cpu() else None)
+        if block_size is not None:
+            kwargs["block_size"] = block_size
         if self.lora_sync == "adapter":
             rank = int(next(iter(self.model.peft_config.values())).r)
             kwargs.update(
@@ -360,6 +423,12 @@ class VLLMEngine(RolloutEngine):
 
     def _make_llm(self):
         """Build ``vllm.LLM`` (the one place vLLM is constructed)."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            raise ValueError(
+                "the vllm engine runs beside one training process; with several ranks "
+                "(ddp, fsdp, deepspeed) use engine: hf for now"
+            )
         vllm = _import_vllm()
         if self.tensor_parallel_size == 1:
             # engine core and worker in this process: weights are pushed by reference, no copy

@@ -59,3 +59,25 @@ def test_stop_string_ends_the_row(tiny_policy):
     assert len(first.token_ids) <= len(free[0].token_ids)
     # the stop string is not already complete one token earlier
     assert target not in tok.decode(first.token_ids[:-1])
+
+
+def test_submit_collect_batches_by_sampling_setting_and_cuts_each_row_to_its_budget(tiny_policy):
+    """The base engine's submit / collect: one generate call per sampling setting (the widest
+    budget), each row cut back to its own budget (unfinished when cut), tickets kept."""
+    from helpers import ScriptedPolicy
+
+    from lit_rag.rollout.base import SamplingParams
+
+    _, tok = tiny_policy
+    text = "the company was founded by the founder"
+    engine = ScriptedPolicy(tok, [[text, text], ["[1]"]])
+    short = engine.submit([5, 6], SamplingParams(max_new_tokens=3, stop=["x"]))
+    other = engine.submit([7], SamplingParams(max_new_tokens=5, stop=["y"]))  # another setting
+    wide = engine.submit([8], SamplingParams(max_new_tokens=50, stop=["x"]))
+    done = dict(engine.collect())
+    assert [params.max_new_tokens for _, params in engine.log] == [50, 5]  # two calls
+    full = tok(text, add_special_tokens=False)["input_ids"]
+    assert done[short].token_ids.tolist() == full[:3] and not done[short].finished
+    assert done[short].text == tok.decode(full[:3])
+    assert done[wide].token_ids.tolist() == full and done[wide].finished
+    assert done[other].text == "[1]" and engine.collect() == []

@@ -127,13 +127,16 @@ def test_token_budget_truncates_cleanly(tiny_policy, retriever):
 def test_batch_generates_together_and_groups_stay_contiguous(tiny_policy, retriever):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, max_turns=3)
+    # every episode moves on as soon as its segment is back: row 3's invalid action is answered
+    # with its next action at once, while row 1 (the one that searched) evaluates first
     calls = [
         ["<answer>Kessa</answer>", "<search>Kessa region</search>", "<answer>Dorvale</answer>", "hm"],
-        ["<evaluate>Kessa is in Dorvale</evaluate>"],  # only the one that searched evaluates
-        ["<answer>Dorvale</answer>", "<answer>x</answer>"],  # live rows, in order
+        ["<answer>x</answer>"],  # row 3's next action
+        ["<evaluate>Kessa is in Dorvale</evaluate>"],  # row 1's evaluation
+        ["<answer>Dorvale</answer>"],  # row 1's next action
     ]
     trajectories, engine = run(env, tok, calls, examples=(EX, EX2), group_size=2)
-    assert [len(p) for p, _ in engine.log] == [4, 1, 2]
+    assert [len(p) for p, _ in engine.log] == [4, 1, 1, 1]
     assert [t.group for t in trajectories] == [0, 0, 1, 1]
     assert [env.extract_answer(t) for t in trajectories] == ["Kessa", "Dorvale", "Dorvale", "x"]
     rewards = EvalRarReward()(trajectories)
@@ -203,8 +206,9 @@ def test_gradient_is_exactly_zero_at_inserted_tokens(tiny_policy, retriever):
     model, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, top_k=2, max_turns=2)
     calls = [["<search>Orbel Mills</search>", "garbage"],
-             ["<evaluate>founded by Mira Tolvan</evaluate>"],
-             ["<answer>Kessa</answer>", "<answer>Dorvale</answer>"]]
+             ["<answer>Dorvale</answer>"],  # row 1 acts again at once
+             ["<evaluate>founded by Mira Tolvan</evaluate>"],  # row 0 evaluates
+             ["<answer>Kessa</answer>"]]
     trajectories, _ = run(env, tok, calls, group_size=2)
     rewards = EvalRarReward()(trajectories)
     algorithm = GRPO(beta=0.04, kl_estimator="k3")

@@ -155,6 +155,23 @@ def test_multi_turn_context_reuses_the_prefix_cache(folder) -> None:
     assert (outputs[0].num_cached_tokens or 0) >= 512, outputs[0].num_cached_tokens
 
 
+def test_collect_returns_segments_as_they_finish(folder) -> None:
+    """submit / collect: a short segment comes back while a long one is still running, and a
+    segment submitted meanwhile joins the running batch."""
+    model, tok = _policy(folder)
+    engine = _engine(model, tok)
+    prompt = _prompts(tok)[0]
+    short = engine.submit(prompt, SamplingParams(max_new_tokens=2, temperature=0.0))
+    long = engine.submit(prompt + [5], SamplingParams(max_new_tokens=40, temperature=0.0))
+    first = engine.collect()
+    assert [t for t, _ in first] == [short] and len(first[0][1].token_ids) == 2
+    follow = engine.submit(prompt + first[0][1].token_ids.tolist(), SamplingParams(max_new_tokens=3, temperature=0.0))
+    seen = dict(engine.collect())
+    seen.update(engine.collect())
+    assert set(seen) == {long, follow} and engine.collect() == []
+    assert len(seen[long].token_ids) == 40 and len(seen[follow].token_ids) == 3
+
+
 def test_tiny_policy_without_a_folder_is_one_clear_error(tiny_policy) -> None:
     model, tok = tiny_policy
     engine = VLLMEngine()

@@ -104,11 +104,35 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
 
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=VLLMModel(), model_config=None), device="cuda")
 
+    class LLMEngine:  # vllm.v1.engine.llm_engine.LLMEngine: add_request / step
+        def __init__(self):
+            self.model_config = SimpleNamespace(dtype=torch.float32)
+            self.pending: list[tuple[str, dict, object]] = []
+
+        def add_request(self, request_id, prompt, params, lora_request=None):
+            self.pending.append((request_id, prompt, params))
+            fake.generate_calls.append(dict(prompt=prompt, sampling=params.kwargs, lora_request=lora_request))
+
+        def has_unfinished_requests(self) -> bool:
+            return bool(self.pending)
+
+        def step(self):  # every pending request finishes in one step
+            fake.events.append("generate")
+            out = []
+            for i, (request_id, prompt, params) in enumerate(self.pending):
+                done = [fake.script.pop(0) if fake.script else completion([40 + i, 41])
+                        for _ in range(params.kwargs["n"])]
+                for index, c in enumerate(done):
+                    c.index = index
+                out.append(RequestOutput(request_id, None, prompt["prompt_token_ids"], None, done))
+            self.pending = []
+            return out
+
     class LLM:
         def __init__(self, **kwargs):
             fake.events.append("LLM")
             fake.llm_kwargs = kwargs
-            self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float32))
+            self.llm_engine = LLMEngine()
 
         def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
             if callable(method):  # a function shipped to every worker
@@ -119,18 +143,6 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
             fake.events.append("reload_weights")
             fake.loaded.append([(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]])
             return [None]
-
-        def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
-            fake.events.append("generate")
-            fake.generate_calls.append(
-                dict(prompts=prompts, sampling=[p.kwargs for p in sampling_params], use_tqdm=use_tqdm,
-                     lora_request=lora_request)
-            )
-            out = []
-            for i, p in enumerate(prompts):
-                done = fake.script.pop(0) if fake.script else completion([40 + i, 41])
-                out.append(RequestOutput(str(i), None, p["prompt_token_ids"], None, [done]))
-            return out
 
         def sleep(self, level: int = 1):
             fake.events.append(f"sleep(level={level})")
@@ -151,10 +163,11 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
         fake.events.append("process_weights_after_loading")
 
     modules = {name: types.ModuleType(name) for name in (
-        "vllm", "vllm.lora", "vllm.lora.request", "vllm.platforms", "vllm.model_executor",
+        "vllm", "vllm.lora", "vllm.lora.request", "vllm.platforms", "vllm.sampling_params", "vllm.model_executor",
         "vllm.model_executor.model_loader", "vllm.model_executor.model_loader.utils")}
     modules["vllm"].LLM, modules["vllm"].SamplingParams = LLM, SamplingParamsFake
     modules["vllm.lora.request"].LoRARequest = LoRARequestFake
+    modules["vllm.sampling_params"].RequestOutputKind = SimpleNamespace(FINAL_ONLY="final_only")
     modules["vllm.platforms"].current_platform = SimpleNamespace(is_cpu=lambda: False)  # "CUDA"
     modules["vllm.model_executor.model_loader.utils"].process_weights_after_loading = process_weights_after_loading
     for name, mod in modules.items():
@@ -278,10 +291,12 @@ def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags
     model, tok = tiny
     engine = bound(model, tok, sleep_mode=sleep_mode)
     params = SamplingParams(max_new_tokens=2)
-    engine.generate([[1]], params)
-    engine.generate([[1]], params)
+    for _ in range(2):  # a rollout, then validation: PolicyModule.rollout ends with idle()
+        engine.generate([[1]], params)
+        engine.idle()
     engine.sync_weights()  # what PolicyModule calls after the optimizer step
     engine.generate([[1]], params)
+    engine.idle()
     if sleep_mode:
         assert fake.events == FIRST + AGAIN + after_sync
     else:

@@ -34,6 +34,7 @@ Where the paper is silent, what we do:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -106,6 +107,16 @@ class _Episode:
     def end(self, reason: str, truncated: bool = False) -> None:
         self.done, self.stop_reason = True, reason
         self.truncated = self.truncated or truncated
+
+
+@dataclass
+class _Run:
+    """One rollout's engine, sampling settings and the segments out (ticket -> episode, phase)."""
+
+    engine: RolloutEngine
+    params: SamplingParams
+    encode: Callable[[str], list[int]]
+    waiting: dict[int, tuple[_Episode, str]] = field(default_factory=dict)
 
 
 class SearchAgentEnvironment(RetrievalEnvironment):
@@ -196,106 +207,107 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         group_size: int,
         params: SamplingParams,
     ) -> list[Trajectory]:
-        """Run every episode to its end; ``params.stop`` is replaced by the phase's stops."""
+        """Run every episode to its end; ``params.stop`` is replaced by the phase's stops.
+
+        Each episode moves on as soon as its own segment is back: its next segment is submitted
+        to the engine at once (``submit`` / ``collect``), so on an engine that batches
+        continuously no episode waits for the slowest of its turn. The queries of the segments
+        that came back together are retrieved in one batched call.
+        """
         tok = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
         prompt_ids = encode_prompts(tok, prompt_texts)
         episodes = [_Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)]
-        encode = _Encoder(tok)
-        while True:
-            live = [e for e in episodes if not e.done]
-            if not live:
-                break
-            for e in live:  # Algorithm 1, line 3
-                if e.turns >= self.max_turns:
-                    e.end("max_turns")
-            live = [e for e in live if not e.done]
-            if not live:
-                break
-            # act (lines 4-12)
-            segments = self._generate(live, engine, params, ["</search>", "</answer>"])
+        run = _Run(engine, params, _Encoder(tok))
+        for e in episodes:
+            self._act(run, e)
+        while run.waiting:
             searching: list[tuple[_Episode, str]] = []
-            for e, gen in zip(live, segments):
-                if gen is None:
+            for ticket, gen in engine.collect():
+                e, phase = run.waiting.pop(ticket)
+                if not self._accept(e, gen):
                     continue
-                # the assistant prefix is the start of the first action
-                text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
-                action = _last_action(text, ("search", "answer"))
-                if action == "answer":
-                    e.steps.append(Step(action="answer", text=text))
-                    e.end("answer")
-                    continue
-                e.turns += 1  # line 24
-                query = extract_tag(text, "search") if action == "search" else None
-                if query:
-                    e.steps.append(Step(action="search", query=query, text=text))
+                if phase == "evaluate":  # lines 17-18
+                    self._evaluated(run, e, gen)
+                elif (query := self._acted(run, e, gen)) is not None:
                     searching.append((e, query))
-                else:  # line 22
-                    e.steps.append(Step(action="invalid", text=text))
-                    self._insert(e, encode(self.invalid_action_message), self.invalid_action_message)
-            if not searching:
-                continue
-            # retrieve (lines 14-16): one batched call for every query of this turn
-            results = self.retriever.search([q for _, q in searching], self.top_k)
-            evaluating = []
-            for (e, _), hits in zip(searching, results):
-                e.steps[-1].passage_ids = [h.passage.id for h in hits]
-                info = self.format_information(hits, tok)
-                self._insert(e, encode(info), info)
-                if self.evaluate and not e.done:
-                    evaluating.append(e)
-            if not evaluating:
-                continue
-            # evaluate (lines 17-18)
-            if self.evaluate_prefix:
-                for e in evaluating:
-                    self._insert(e, encode(self.evaluate_prefix), self.evaluate_prefix)
-                evaluating = [e for e in evaluating if not e.done]
-            segments = self._generate(evaluating, engine, params, ["</evaluate>", "</answer>"])
-            for e, gen in zip(evaluating, segments):
-                if gen is None:
-                    continue
-                if _last_action(gen.text, ("evaluate", "answer")) == "answer":
-                    e.steps.append(Step(action="answer", text=gen.text))
-                    e.end("answer")
-                else:
-                    e.steps.append(Step(action="evaluate", text=self.evaluate_prefix + gen.text))
+            if searching:  # lines 14-16: one batched call for the queries that came back
+                results = self.retriever.search([q for _, q in searching], self.top_k)
+                for (e, _), hits in zip(searching, results):
+                    self._retrieved(run, e, hits)
         return [self._trajectory(e, examples, i // group_size, prompt_texts) for i, e in enumerate(episodes)]
 
-    def _generate(
-        self, live: list[_Episode], engine: RolloutEngine, params: SamplingParams, stops: list[str]
-    ) -> list[Generation | None]:
-        """One segment for each live episode; ``None`` where its token budget was used up."""
-        budget = [self.max_response_tokens - len(e.ids) for e in live]
-        for e, left in zip(live, budget):
-            if left <= 0:
-                e.end("max_response_tokens", truncated=True)
-        rows = [i for i, e in enumerate(live) if not e.done]
-        out: list[Generation | None] = [None] * len(live)
-        if not rows:
-            return out
+    def _act(self, run: _Run, e: _Episode) -> None:
+        """Ask for the next action (lines 3-4), unless the turn budget is spent."""
+        if e.turns >= self.max_turns:
+            e.end("max_turns")
+            return
+        self._submit(run, e, "act", ["</search>", "</answer>"])
+
+    def _acted(self, run: _Run, e: _Episode, gen: Generation) -> str | None:
+        """An action came back (lines 5-12, 22-24); the query when it is a search."""
+        # the assistant prefix is the start of the first action
+        text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
+        action = _last_action(text, ("search", "answer"))
+        if action == "answer":
+            e.steps.append(Step(action="answer", text=text))
+            e.end("answer")
+            return None
+        e.turns += 1  # line 24
+        query = extract_tag(text, "search") if action == "search" else None
+        if query:
+            e.steps.append(Step(action="search", query=query, text=text))
+            return query
+        e.steps.append(Step(action="invalid", text=text))  # line 22
+        self._insert(e, run.encode(self.invalid_action_message), self.invalid_action_message)
+        if not e.done:
+            self._act(run, e)
+        return None
+
+    def _retrieved(self, run: _Run, e: _Episode, hits: list) -> None:
+        """Insert the documents, then ask for the evaluation (Eval-RAR) or the next action."""
+        e.steps[-1].passage_ids = [h.passage.id for h in hits]
+        info = self.format_information(hits, run.engine.tokenizer)
+        self._insert(e, run.encode(info), info)
+        if e.done:
+            return
+        if not self.evaluate:
+            self._act(run, e)
+            return
+        if self.evaluate_prefix:
+            self._insert(e, run.encode(self.evaluate_prefix), self.evaluate_prefix)
+            if e.done:
+                return
+        self._submit(run, e, "evaluate", ["</evaluate>", "</answer>"])
+
+    def _evaluated(self, run: _Run, e: _Episode, gen: Generation) -> None:
+        if _last_action(gen.text, ("evaluate", "answer")) == "answer":
+            e.steps.append(Step(action="answer", text=gen.text))
+            e.end("answer")
+            return
+        e.steps.append(Step(action="evaluate", text=self.evaluate_prefix + gen.text))
+        self._act(run, e)
+
+    def _submit(self, run: _Run, e: _Episode, phase: str, stops: list[str]) -> None:
+        """Queue the episode's next segment, at most what is left of its token budget."""
+        left = self.max_response_tokens - len(e.ids)
+        if left <= 0:
+            e.end("max_response_tokens", truncated=True)
+            return
         segment = SamplingParams(
-            max_new_tokens=min(params.max_new_tokens, max(budget[i] for i in rows)),
-            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, stop=stops,
+            max_new_tokens=min(run.params.max_new_tokens, left), temperature=run.params.temperature,
+            top_p=run.params.top_p, top_k=run.params.top_k, stop=stops,
         )
-        generations = engine.generate([live[i].prompt_ids + live[i].ids for i in rows], segment)
-        for i, gen in zip(rows, generations):
-            e, left = live[i], budget[i]
-            ids, logprobs = gen.token_ids.tolist(), gen.logprobs.tolist()
-            over = len(ids) > left or (len(ids) == left and not gen.finished)
-            if len(ids) > left:  # the shared call ran past this row's budget
-                ids, logprobs = ids[:left], logprobs[:left]
-                gen = Generation(
-                    token_ids=torch.tensor(ids, dtype=torch.long), logprobs=torch.tensor(logprobs),
-                    text=engine.tokenizer.decode(ids, skip_special_tokens=True), finished=False,
-                )
-            e.add(ids, gen.text, logprobs)
-            if over:
-                e.steps.append(Step(action="truncated", text=gen.text))
-                e.end("max_response_tokens", truncated=True)
-                continue
-            out[i] = gen
-        return out
+        run.waiting[run.engine.submit(e.prompt_ids + e.ids, segment)] = (e, phase)
+
+    def _accept(self, e: _Episode, gen: Generation) -> bool:
+        """Append a segment; False when it used up the token budget (the episode ends)."""
+        e.add(gen.token_ids.tolist(), gen.text, gen.logprobs.tolist())
+        if len(e.ids) >= self.max_response_tokens and not gen.finished:
+            e.steps.append(Step(action="truncated", text=gen.text))
+            e.end("max_response_tokens", truncated=True)
+            return False
+        return True
 
     def _insert(self, e: _Episode, ids: list[int], text: str) -> None:
         """Append environment text (masked), cut to the episode's remaining budget."""
