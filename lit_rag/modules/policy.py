@@ -288,7 +288,7 @@ class PolicyModule(LightningModule):
                 micro["logprobs"] = self._logprobs(self.model, micro, width)
                 if "old_logprobs" not in prepared:
                     micro["old_logprobs"] = micro["logprobs"].detach()
-                if epoch == 0 and "sampling_logprobs" in micro:  # the trainer's log-probs of the sampling policy vs the engine's
+                if epoch == 0 and "sampling_logprobs" in micro:  # trainer vs engine, same weights
                     mismatch.add(micro["old_logprobs"], micro["sampling_logprobs"], micro["completion_mask"])
                 out = self.algorithm.loss(_to(micro, self.device))
                 self.manual_backward(out.loss)

@@ -96,9 +96,10 @@ def _import_vllm():
         import vllm
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
-    for handler in logging.getLogger("vllm").handlers:
-        if not any(isinstance(f, _Benign) for f in handler.filters):
-            handler.addFilter(_Benign())
+    for name in _Benign.LOGGERS:  # a logger's filter sees the records logged on it
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Benign) for f in logger.filters):
+            logger.addFilter(_Benign())
     return vllm
 
 
@@ -107,6 +108,12 @@ class _Benign(logging.Filter):
     loaded into a bf16 vLLM (cast on load), the rotary embedding's derived buffer that no
     checkpoint holds, and vLLM's own thread-binding notice at start-up."""
 
+    LOGGERS = (
+        "vllm.model_executor.models.utils",
+        "vllm.model_executor.model_loader.weight_utils",
+        "vllm.model_executor.model_loader.reload.layerwise",
+        "vllm.v1.worker.cpu_worker",
+    )
     MESSAGES = (
         "Attempted to load weight",
         "RotaryEmbedding: Failed to load weights",
@@ -439,6 +446,7 @@ class VLLMEngine(RolloutEngine):
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (it binds its OpenMP threads once); the trainer in this process keeps the real one
         set_num_threads = torch.set_num_threads
+        rng = _global_rng_state()  # in-process vLLM seeds the global RNGs with its own seed
         _guard_llvmlite()
         if _on_cpu() and torch.cpu._is_amx_tile_supported():
             # vLLM's bf16 CPU attention runs AMX tile instructions without asking Linux for
@@ -449,6 +457,7 @@ class VLLMEngine(RolloutEngine):
             return vllm.LLM(**self.llm_kwargs())
         finally:
             torch.set_num_threads = set_num_threads
+            _set_global_rng_state(rng)  # a run resumed mid-way samples as the uninterrupted one
 
     def _resolve_model_path(self) -> str:
         if self.model_path:
@@ -540,6 +549,24 @@ def _load_and_process(worker, pairs: list[tuple[str, torch.Tensor]]) -> None:
     model = worker.model_runner.model
     model.load_weights(weights=pairs)
     process_weights_after_loading(model, worker.model_runner.model_config, worker.device)
+
+
+def _global_rng_state() -> tuple:
+    import random
+
+    import numpy as np
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_global_rng_state(state: tuple) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
 
 
 def _guard_llvmlite() -> None:

