@@ -38,7 +38,7 @@ def folder(tmp_path_factory) -> str:
 
 
 @pytest.fixture(autouse=True)
-def free_vllm(isolated):
+def free_vllm():
     yield
     gc.collect()  # each test's LLM goes before the next one is built
 
