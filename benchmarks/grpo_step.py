@@ -418,9 +418,9 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
 # parent: run the children one after the other, print the table
 # ---------------------------------------------------------------------------------------------
 def _allow_amx() -> None:
-    """Ask Linux for the AMX tile state (``arch_prctl``) up front: vLLM CPU's bf16 attention
-    kernel runs AMX instructions without asking and dies of SIGILL when nothing asked before
-    (oneDNN asks at its first AMX matmul, which a tiny model's vLLM run never reaches)."""
+    """Ask Linux for the AMX tile state (``arch_prctl``) up front, for TRL's own vLLM: vLLM CPU's
+    bf16 attention runs AMX instructions without asking and dies of SIGILL when nothing asked
+    before. (lit-rag's engine asks by itself; this covers the TRL child.)"""
     import torch
 
     init = getattr(torch._C._cpu, "_init_amx", None)

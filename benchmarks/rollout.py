@@ -118,14 +118,12 @@ def main() -> None:
                                      [f"--model.environment.init_args.max_turns={args.turns}"])
     evalrar.environment.setup()
     results: dict[str, dict] = {}
-    vllm_engine = None
     for name in engines:
         engine, load_s = make_engine(name, arena)
         single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
         engine.bind(evalrar.model, evalrar.tokenizer)  # same base model: vLLM re-syncs, no rebuild
         multi = multi_turn(evalrar, evalrar_examples[: args.prompts], engine, name, args)
         results[name] = dict(load_s=load_s, single=single, multi=multi)
-        vllm_engine = engine if name == "vllm" else vllm_engine
     report(args, results)
 
 

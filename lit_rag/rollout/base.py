@@ -78,8 +78,13 @@ class RolloutEngine(ABC):
         queue = self.__dict__.setdefault("_queue", [])
         ticket = self.__dict__.get("_tickets", 0)
         self._tickets = ticket + 1
-        queue.append((ticket, list(prompt), params))
+        queue.append((ticket, [int(t) for t in prompt], params))
         return ticket
+
+    def _take_queue(self) -> list[tuple[int, list[int], SamplingParams]]:
+        """The submissions not yet started, ``(ticket, prompt, params)``; the queue empties."""
+        queue, self._queue = self.__dict__.get("_queue", []), []
+        return queue
 
     def collect(self) -> list[tuple[int, Generation]]:
         """Some finished submissions as ``(ticket, generation)``; ``[]`` when none is pending.
@@ -89,7 +94,7 @@ class RolloutEngine(ABC):
         back to its own), in submission order. Engines with continuous batching return
         whatever finished first.
         """
-        queue, self._queue = self.__dict__.get("_queue", []), []
+        queue = self._take_queue()
         groups: dict[str, list[tuple[int, list[int], SamplingParams]]] = {}
         for item in queue:
             groups.setdefault(repr(replace(item[2], max_new_tokens=0)), []).append(item)

@@ -296,9 +296,7 @@ class VLLMEngine(RolloutEngine):
         self._lora_request = None
         self._adapter_dir: str | None = None
         self._sync_seconds: list[float] = []
-        self._tickets = 0  # submit / collect bookkeeping
         self._requests = 0
-        self._queued: list[tuple[int, list[int], SamplingParams]] = []
         self._in_flight: dict[str, list[int]] = {}
 
     # ---- RolloutEngine -------------------------------------------------------------------
@@ -343,19 +341,15 @@ class VLLMEngine(RolloutEngine):
             done.update(finished)
         return [done[t] for t in tickets]
 
-    def submit(self, prompt: list[int], params: SamplingParams) -> int:
-        """Queue one completion; identical (prompt, sampling) submissions made before the next
-        :meth:`collect` become one vLLM request with ``n`` samples (one prefill)."""
-        ticket = self._tickets
-        self._tickets += 1
-        self._queued.append((ticket, [int(t) for t in prompt], params))
-        return ticket
-
     @torch.no_grad()
     def collect(self) -> list[tuple[int, Generation]]:
-        """Step vLLM until some requests finish; their samples as ``(ticket, generation)``."""
-        if self._queued:
-            self._add_queued()
+        """Step vLLM until some requests finish; their samples as ``(ticket, generation)``.
+
+        Identical (prompt, sampling) submissions made since the last call become one vLLM
+        request with ``n`` samples (one prefill)."""
+        queued = self._take_queue()
+        if queued:
+            self._add_requests(queued)
         engine = self._llm.llm_engine if self._llm is not None else None
         while engine is not None and engine.has_unfinished_requests():
             finished = [out for out in engine.step() if out.finished]
@@ -372,7 +366,7 @@ class VLLMEngine(RolloutEngine):
         """Sleep (GPU sleep mode) until the next rollout: the update gets the memory."""
         self._sleep()
 
-    def _add_queued(self) -> None:
+    def _add_requests(self, queued: list[tuple[int, list[int], SamplingParams]]) -> None:
         if self.model is None or self.tokenizer is None:
             raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
         vllm = _import_vllm()
@@ -380,9 +374,8 @@ class VLLMEngine(RolloutEngine):
 
         self._prepare()
         groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
-        for ticket, prompt, params in self._queued:
+        for ticket, prompt, params in queued:
             groups.setdefault((tuple(prompt), repr(params)), (prompt, params, []))[2].append(ticket)
-        self._queued = []
         for prompt, params, tickets in groups.values():
             kwargs = to_vllm_sampling(params)
             kwargs["n"] = len(tickets)
