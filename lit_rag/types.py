@@ -108,6 +108,11 @@ class Trajectory:
         """Number of tokens the policy generated (``loss_mask`` sum)."""
         return int(self.loss_mask.sum().item())
 
+    def same_completion(self, other: Trajectory) -> bool:
+        """Whether two trajectories hold the same completion tokens (siblings that took the same
+        action at their shared state: a preference pair of them carries no information)."""
+        return torch.equal(self.completion_ids, other.completion_ids)
+
 
 @dataclass
 class RewardBreakdown:

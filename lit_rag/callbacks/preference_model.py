@@ -8,14 +8,17 @@ epoch". In Lightning terms:
 - a policy epoch is an epoch of the ``PolicyModule`` fit (rollout -> DPO on sibling pairs,
   every step);
 - after every training step this callback takes the step's rollout (``pl_module.last_rollout``)
-  and keeps the sibling pairs whose weighted returns differ by at least ``threshold``
-  (Delta = 0.3, Section 3.3), with per-component signs for the seven heads;
+  and keeps the sibling pairs that took different actions at their state and whose weighted
+  returns differ by at least ``threshold`` (Delta = 0.3, Section 3.3); a pair's texts are the
+  trajectory prefixes ``(s_t, a_t)`` (``view: prefix``; ``branch`` adds the rest of the
+  branch), with per-component signs for the ``per_component`` objective;
 - at the end of every policy epoch it fits the :class:`RewardModelModule` for ``epochs`` epochs
   on every pair collected so far (a nested ``Trainer.fit``: the reward model is a
   LightningModule of its own, with its own optimizer), holding out the pairs of a fraction of
   the questions for its validation loss and pairwise accuracy (logged as ``reward_model/*``);
 - from then on, if the algorithm selects pairs by ``reward_model`` (``dpo`` with
-  ``selection: reward_model``), the trained model ranks the siblings of the next policy epoch.
+  ``selection: reward_model``, an option: the paper's default selects on the reward with
+  delta = 0.2), the trained model ranks the siblings of the next policy epoch.
 
 The pairs of each epoch are also written to ``<log dir>/preference_pairs/epoch<N>.jsonl``, the
 format ``recipes/evo_rag_reward_model.yaml`` trains from. The heads, the pairs and the cycle
@@ -37,7 +40,13 @@ import torch
 from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
-from lit_rag.modules.reward_model import RewardModelModule, sibling_pairs, trajectory_text, write_pairs
+from lit_rag.modules.reward_model import (
+    VIEWS,
+    RewardModelModule,
+    sibling_pairs,
+    trajectory_text,
+    write_pairs,
+)
 from lit_rag.types import Trajectory
 
 
@@ -52,6 +61,7 @@ class AlternatingRewardModel(Callback):
         val_fraction: Fraction of questions whose pairs are held out for validation.
         max_pairs: Keep at most this many pairs (the newest); None keeps all.
         score_batch_size: Trajectories per forward pass when scoring for pair selection.
+        view: What the model reads: ``prefix`` (state and action, the paper) or ``branch``.
     """
 
     def __init__(
@@ -63,13 +73,16 @@ class AlternatingRewardModel(Callback):
         val_fraction: float = 0.2,
         max_pairs: int | None = None,
         score_batch_size: int = 16,
+        view: str = "prefix",
     ) -> None:
         if epochs < 1 or batch_size < 1 or not 0.0 <= val_fraction < 1.0:
             raise ValueError(
                 f"AlternatingRewardModel epochs and batch_size must be >= 1 and val_fraction in [0, 1); "
                 f"got {epochs}, {batch_size}, {val_fraction}"
             )
-        self.reward_model = reward_model
+        if view not in VIEWS:
+            raise ValueError(f"AlternatingRewardModel view '{view}' is not known; allowed: {', '.join(VIEWS)}")
+        self.reward_model, self.view = reward_model, view
         self.threshold, self.epochs, self.batch_size = threshold, epochs, batch_size
         self.val_fraction, self.max_pairs, self.score_batch_size = val_fraction, max_pairs, score_batch_size
         self.pairs: list[dict] = []
@@ -81,7 +94,7 @@ class AlternatingRewardModel(Callback):
     # ---- scoring ---------------------------------------------------------------------------
     def score(self, trajectories: list[Trajectory]) -> torch.Tensor:
         """``[N]`` reward-model scores (sum of the heads) of trajectories, for pair selection."""
-        texts = [trajectory_text(t) for t in trajectories]
+        texts = [trajectory_text(t, self.view) for t in trajectories]
         out = [self.reward_model.score(texts[i : i + self.score_batch_size])
                for i in range(0, len(texts), self.score_batch_size)]
         return torch.cat(out).float().cpu() if out else torch.zeros(0)
@@ -109,7 +122,7 @@ class AlternatingRewardModel(Callback):
         if rollout is None:
             return
         trajectories, rewards = rollout
-        new = sibling_pairs(trajectories, rewards, self.threshold)
+        new = sibling_pairs(trajectories, rewards, self.threshold, self.view)
         self.pairs.extend(new)
         if self.max_pairs is not None and len(self.pairs) > self.max_pairs:
             cut = len(self.pairs) - self.max_pairs
@@ -160,7 +173,7 @@ class AlternatingRewardModel(Callback):
         """``epochs`` epochs of the reward model on the pairs so far (a nested Lightning fit)."""
         train, val = self.split()
         order = torch.Generator().manual_seed(self.cycles)  # the same batches on every rank
-        loader = lambda rows, shuffle: DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle,  # noqa: E731
+        loader = lambda rows, shuffle: DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle,
                                                   collate_fn=lambda b: b, generator=order)
         inner = L.Trainer(
             accelerator="gpu" if trainer.strategy.root_device.type == "cuda" else "cpu", devices=1,

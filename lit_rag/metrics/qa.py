@@ -22,13 +22,14 @@ class _MeanAnswerScore(Metric):
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
-    score_fn: Callable[[str, list[str]], float]
+    score_fn: Callable[[str, list[str], str], float]
 
     total: torch.Tensor
     count: torch.Tensor
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, punctuation: str = "delete", **kwargs: object) -> None:
         super().__init__(**kwargs)
+        self.punctuation = punctuation  # ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release)
         self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -42,7 +43,7 @@ class _MeanAnswerScore(Metric):
         if len(preds) != len(targets):
             raise ValueError(f"preds: got {len(preds)} prediction(s) for {len(targets)} target(s)")
         scores = [
-            self.score_fn(p, [t] if isinstance(t, str) else list(t))
+            self.score_fn(p, [t] if isinstance(t, str) else list(t), self.punctuation)
             for p, t in zip(preds, targets)
         ]
         self.total += sum(scores)

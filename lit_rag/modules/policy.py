@@ -22,6 +22,7 @@ from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
 from lit_rag.plugins.algorithms.base import Algorithm
 from lit_rag.plugins.environments.base import Environment
 from lit_rag.plugins.rewards.base import Reward
+from lit_rag.plugins.rewards.qa import PUNCTUATION_MODES
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
@@ -48,6 +49,8 @@ class PolicyModule(LightningModule):
         lr_schedule: ``constant``, ``cosine`` or ``linear`` decay after warm-up.
         max_grad_norm: Clip the gradient norm; ``None`` disables clipping.
         logprob_chunk_tokens: Output-head rows computed at once (memory bound).
+        answer_punctuation: How validation EM / F1 normalize punctuation: ``delete`` (SQuAD,
+            Search-R1) or ``space`` (ARENA's released evaluation).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class PolicyModule(LightningModule):
         lr_schedule: str = "constant",
         max_grad_norm: float | None = 1.0,
         logprob_chunk_tokens: int = 512,
+        answer_punctuation: str = "delete",
     ) -> None:
         super().__init__()
         if group_size < 1 or micro_batch_size < 1:
@@ -98,8 +102,11 @@ class PolicyModule(LightningModule):
         self.model: torch.nn.Module | None = None
         self.tokenizer = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of the module tree
-        self.val_em = ExactMatch()
-        self.val_f1 = TokenF1()
+        if answer_punctuation not in PUNCTUATION_MODES:
+            raise ValueError(f"model answer_punctuation '{answer_punctuation}' is not known; "
+                             f"allowed: {', '.join(PUNCTUATION_MODES)}")
+        self.val_em = ExactMatch(punctuation=answer_punctuation)
+        self.val_f1 = TokenF1(punctuation=answer_punctuation)
         self.last_rollout: tuple[list[Trajectory], RewardBreakdown] | None = None
         self.last_metrics: dict[str, torch.Tensor] = {}
         self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
@@ -175,13 +182,12 @@ class PolicyModule(LightningModule):
             prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
         rolled = time.perf_counter()
         metrics = self.optimize(prepared)  # step 5
-        self.engine.sync_weights()
+        if "train/skipped_step" not in metrics:  # weights moved: the engine samples with the new ones
+            self.engine.sync_weights()
         metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
         metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
         metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
         metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
-        if prepared.get("size", 0):  # tokens through the update's forward and backward (this rank)
-            metrics["tokens/trained"] = prepared["attention_mask"].sum().float() * self.algorithm.mu
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
         metrics.update(_memory_metrics(self.device))
@@ -226,7 +232,7 @@ class PolicyModule(LightningModule):
         was_training = self.model.training
         self.model.eval()
         try:
-            with _full_root_params(self.model):
+            with self.engine.generating():  # e.g. the hf engine gathers an FSDP policy once
                 if group_size is None:
                     return self.environment.validation_rollout(examples, self.engine, params)
                 return self.environment.rollout(examples, self.engine, group_size, params)
@@ -235,36 +241,30 @@ class PolicyModule(LightningModule):
             self.model.train(was_training)
 
     def optimize(self, prepared: dict) -> dict[str, torch.Tensor]:
-        """mu passes over the batch, each an optimizer step accumulated over micro-batches."""
+        """mu passes over the batch; each pass is one optimizer step per mini-batch (the
+        algorithm's ``mini_batches``: ``(rows, loss scale)``; default: the whole batch, scale 1),
+        accumulated over micro-batches."""
         size = prepared.get("size", 0)
-        slices: list[torch.Tensor] = []
         width = prepared["completion_mask"].shape[1] if size else 1
-        if size:
-            # micro-batches of similar lengths (longest first) waste the least padding; the loss
-            # is a sum over rows with batch-normalized token weights, so the order does not matter
-            # algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
-            # ``row_group`` consecutive rows inside one micro-batch
-            unit = getattr(self.algorithm, "row_group", 1)
-            lengths = prepared["attention_mask"][:, -width:].sum(-1)  # [N] real completion tokens
-            unit_lengths = lengths.view(-1, unit).max(-1).values  # [N / unit]
-            order = torch.argsort(unit_lengths, descending=True, stable=True)
-            order = (order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()  # rows, units kept whole
-            step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
-            slices = [order[i : i + step] for i in range(0, size, step)]
+        minis = list(prepared.get("mini_batches") or [(torch.arange(size), 1.0)]) if size else []
+        slices = self._micro_slices(prepared, torch.arange(size), width) if size else []
+        mini_slices = [self._micro_slices(prepared, torch.as_tensor(rows), width) for rows, _ in minis]
         # with several ranks every backward pass (DDP's gradient all-reduce, FSDP's
         # reduce-scatter) and every sharded forward is a collective: all ranks run as many
-        # passes as the rank with the most micro-batches, the others idle passes (zero loss)
-        passes = self._max_over_ranks(len(slices))
-        if passes == 0:  # no rank has anything to learn from: no optimizer step anywhere
+        # optimizer steps as the rank with the most mini-batches and, in each, as many passes as
+        # the rank with the most micro-batches; the others run idle passes (zero loss)
+        steps = self._max_over_ranks(len(minis))
+        if steps == 0:  # no rank has anything to learn from: no optimizer step anywhere
             return {"train/skipped_step": torch.tensor(1.0)}
-        # a rank without rows (others have some) runs only idle passes and the shared step
+        # a rank without rows (others have some) runs only idle passes and the shared steps
+        idle_forwards = self._max_over_ranks(len(slices)) - len(slices)
 
         def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
             out = torch.zeros(size, width)
             for s in slices:
                 out[s] = fn(_take(prepared, s)).float().cpu()
             if _is_sharded(self.model):  # sharded forwards are collectives too
-                for _ in range(passes - len(slices)):
+                for _ in range(idle_forwards):
                     self._logprobs(self.model, self._idle_batch(), 1)
             return out
 
@@ -276,40 +276,71 @@ class PolicyModule(LightningModule):
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         engine = _deepspeed_engine(self)
         sums: dict[str, float] = {}
+        micro_count = 0
         mismatch = _Mismatch()
+        seen: set[int] = set()  # rows whose engine log-probs were compared (once each)
+        trained = 0.0
         for epoch in range(self.algorithm.mu):
-            for index in range(passes):
-                if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
-                    engine.set_gradient_accumulation_boundary(index == passes - 1)
-                if index >= len(slices):
-                    self.manual_backward(self._idle_loss())
-                    continue
-                micro = _take(prepared, slices[index])
-                micro["logprobs"] = self._logprobs(self.model, micro, width)
-                if "old_logprobs" not in prepared:
-                    micro["old_logprobs"] = micro["logprobs"].detach()
-                if epoch == 0 and "sampling_logprobs" in micro:  # trainer vs engine, same weights
-                    mismatch.add(micro["old_logprobs"], micro["sampling_logprobs"], micro["completion_mask"])
-                out = self.algorithm.loss(_to(micro, self.device))
-                self.manual_backward(out.loss)
-                # token weights are normalized over the whole batch: the batch loss is the sum
-                # of the micro-batch losses; the other metrics are micro-batch means
-                sums["train/loss"] = sums.get("train/loss", 0.0) + float(out.loss.detach())
-                for key, value in out.metrics.items():
-                    sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value) / len(slices)
-            if self.max_grad_norm is not None:
-                if _is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
-                    self.model.clip_grad_norm_(self.max_grad_norm)
-                else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
-                    self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if scheduler is not None:
-                scheduler.step()
-        metrics = {k: torch.tensor(v / self.algorithm.mu) for k, v in sums.items()}
+            for m in range(steps):
+                own, scale = (mini_slices[m], float(minis[m][1])) if m < len(minis) else ([], 0.0)
+                passes = self._max_over_ranks(len(own))
+                for index in range(passes):
+                    if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
+                        engine.set_gradient_accumulation_boundary(index == passes - 1)
+                    if index >= len(own):
+                        self.manual_backward(self._idle_loss())
+                        continue
+                    rows = own[index]
+                    micro = _take(prepared, rows)
+                    micro["logprobs"] = self._logprobs(self.model, micro, width)
+                    if "old_logprobs" not in prepared:
+                        micro["old_logprobs"] = micro["logprobs"].detach()
+                    fresh = [i for i, r in enumerate(rows.tolist()) if r not in seen]
+                    if epoch == 0 and fresh and "sampling_logprobs" in micro:  # trainer vs engine, same weights
+                        seen.update(rows[fresh].tolist())
+                        mismatch.add(micro["old_logprobs"][fresh], micro["sampling_logprobs"][fresh],
+                                     micro["completion_mask"][fresh])
+                    trained += float(micro["attention_mask"].sum())
+                    out = self.algorithm.loss(_to(micro, self.device))
+                    self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
+                    # token weights are normalized over the (mini-)batch: its loss is the sum of
+                    # the micro-batch losses; the other metrics are micro-batch means
+                    sums["train/loss"] = sums.get("train/loss", 0.0) + float(out.loss.detach()) * scale
+                    micro_count += 1
+                    for key, value in out.metrics.items():
+                        sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value)
+                if self.max_grad_norm is not None:
+                    if _is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
+                        self.model.clip_grad_norm_(self.max_grad_norm)
+                    else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
+                        self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
+                                            gradient_clip_algorithm="norm")
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
+        optimizer_steps = self.algorithm.mu * steps
+        metrics = {k: torch.tensor(v / (optimizer_steps if k == "train/loss" else max(1, micro_count)))
+                   for k, v in sums.items()}
         metrics.update(mismatch.metrics())
         metrics["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+        metrics["tokens/trained"] = torch.tensor(trained)  # through forward and backward (this rank)
+        if steps > 1:
+            metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
         return metrics
+
+    def _micro_slices(self, prepared: dict, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
+        """Micro-batches of ``rows`` of similar lengths (longest first: the least padding); the
+        loss is a sum over rows with batch-normalized weights, so the order does not matter.
+        Algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
+        ``row_group`` consecutive rows inside one micro-batch."""
+        unit = getattr(self.algorithm, "row_group", 1)
+        lengths = prepared["attention_mask"][rows, -width:].sum(-1)  # real completion tokens
+        unit_lengths = lengths.view(-1, unit).max(-1).values  # [rows / unit]
+        order = torch.argsort(unit_lengths, descending=True, stable=True)
+        order = rows[(order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()]  # units kept whole
+        step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
+        return [order[i : i + step] for i in range(0, len(order), step)]
 
     def _max_over_ranks(self, n: int) -> int:
         if self._trainer is None or self.trainer.world_size < 2:
@@ -412,8 +443,13 @@ class PolicyModule(LightningModule):
             trainable = {f"model.{_clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
+        if callable(getattr(self.algorithm, "state_dict", None)):  # e.g. DPO's stored pairs
+            checkpoint["lit_rag"]["algorithm"] = self.algorithm.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        algorithm_state = checkpoint.get("lit_rag", {}).get("algorithm")
+        if algorithm_state is not None and callable(getattr(self.algorithm, "load_state_dict", None)):
+            self.algorithm.load_state_dict(algorithm_state)
         states = checkpoint.get("rng_states")
         if states:
             torch.set_rng_state(states["torch"])
@@ -507,19 +543,6 @@ def _fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
         if layers is not None and len(layers):
             overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
     return wrap(model, **overrides)
-
-
-def _full_root_params(model: torch.nn.Module):
-    """Generation calls the inner model's ``generate``, outside the root FSDP unit's forward:
-    gather the root's own parameters (embeddings, head) for it; the layer units gather theirs in
-    their forward. A no-op context for an unsharded model."""
-    import contextlib
-
-    if not _is_sharded(model):
-        return contextlib.nullcontext()
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    return FullyShardedDataParallel.summon_full_params(model, recurse=False, writeback=False)
 
 
 def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:

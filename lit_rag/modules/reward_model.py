@@ -6,11 +6,18 @@ Training minimizes the averaged pairwise logistic loss over preference pairs (x+
 
     L_RM = -1/K sum_k log sigmoid(f_k(x+) - f_k(x-))
 
-which is DPO's loss with temperature 1 when the heads are tied. ``single_head`` (K = 1) is the
-baseline "trained on the total reward" the paper compares against (0.62 vs 0.71 validation
-loss). A pair may carry per-component signs (``signs[k]`` = +1 when x+ is also better on
-component k, -1 when worse, 0 to skip): head k then learns its own component's order; without
-signs every head learns the overall preference, as the equation is written.
+which is DPO's loss with temperature 1 when the heads are tied: every head learns the overall
+preference (x+ is the branch with the higher weighted return). That is the default
+(``objective: overall``). ``single_head`` (K = 1) is the baseline "trained on the total reward"
+the paper compares against (0.62 vs 0.71 validation loss), on the same objective.
+
+Option, not in the paper: ``objective: per_component`` uses a pair's per-component signs
+(``signs[k]`` = +1 when x+ is also better on component k, -1 when worse, 0 when tied): head k
+then learns its own component's order and tied heads are left out of the pair's mean.
+
+What the model reads (Section 3.3: it "embeds each trajectory prefix"): the branching state's
+prompt and the action taken there (:func:`trajectory_text`, ``view="prefix"``); the older
+``view="branch"`` adds the rest of the branch after that action.
 
 Pairs are read from JSONL (``{"chosen": text, "rejected": text, "signs": [..]?}``), written by
 :func:`write_pairs` from the policy loop's sibling branches. ``score`` ranks trajectories for
@@ -31,6 +38,8 @@ from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.types import RewardBreakdown, Trajectory
 
 POOLING = ("mean", "last")
+OBJECTIVES = ("overall", "per_component")
+VIEWS = ("prefix", "branch")
 
 
 def pairwise_loss(chosen: torch.Tensor, rejected: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,21 +80,33 @@ def write_pairs(pairs: list[dict], path: str | Path) -> Path:
     return path
 
 
-def trajectory_text(trajectory: Trajectory) -> str:
-    """What the reward model reads: the branching state's prompt, then the branch's steps from
-    there on (the action compared at the state and what followed it)."""
+def _step_text(step) -> str:
+    return f"{step.action}: {step.query or step.text or ''}"
+
+
+def trajectory_text(trajectory: Trajectory, view: str = "prefix") -> str:
+    """What the reward model reads (Section 3.3, "embeds each trajectory prefix").
+
+    ``prefix``: the branching state's prompt (the question, the kept sub-queries and their
+    documents) and the action taken at that state, ``x = (s_t, a_t)``: what siblings differ in.
+    ``branch``: the same, then every later step of the branch (its outcome; not the paper's).
+    """
     start = int(trajectory.meta.get("branch_step", 0))
-    steps = "\n".join(f"{s.action}: {s.query or s.text or ''}" for s in trajectory.steps[start:])
-    return f"{trajectory.prompt_text}\n{steps}"
+    steps = trajectory.steps[start : start + 1] if view == "prefix" else trajectory.steps[start:]
+    return f"{trajectory.prompt_text}\n" + "\n".join(_step_text(s) for s in steps)
 
 
-def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, threshold: float = 0.3) -> list[dict]:
+
+def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, threshold: float = 0.3,
+                  view: str = "prefix") -> list[dict]:
     """Reward-model pairs (Section 3.3): every ordered pair of siblings at one state (same
-    ``meta["state"]``) whose weighted returns differ by at least ``threshold`` (Delta = 0.3).
+    ``meta["state"]``) that took different actions there and whose weighted returns differ by at
+    least ``threshold`` (Delta = 0.3).
 
-    Each row has ``chosen`` / ``rejected`` texts (:func:`trajectory_text`), ``margin`` (the
-    return gap), ``signs`` (per component, +1 when the chosen branch's summed component is
-    higher, -1 lower, 0 equal; the order of ``rewards.components``) and ``question``.
+    Each row has ``chosen`` / ``rejected`` texts (:func:`trajectory_text` with ``view``),
+    ``margin`` (the return gap), ``signs`` (per component, +1 when the chosen branch's summed
+    component is higher, -1 lower, 0 equal; the order of ``rewards.components``; read only by
+    the ``per_component`` objective) and ``question``.
     """
     total = rewards.total.float()
     returns = total.sum(-1) if total.dim() == 2 else total
@@ -98,9 +119,10 @@ def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, thre
         for a in members:
             for b in members:
                 gap = float(returns[a] - returns[b])
-                if a != b and gap >= threshold:
+                if a != b and gap >= threshold and not trajectories[a].same_completion(trajectories[b]):
                     rows.append({
-                        "chosen": trajectory_text(trajectories[a]), "rejected": trajectory_text(trajectories[b]),
+                        "chosen": trajectory_text(trajectories[a], view),
+                        "rejected": trajectory_text(trajectories[b], view),
                         "margin": gap, "signs": [float(torch.sign(c[a] - c[b])) for c in per_component],
                         "question": trajectories[a].example.id,
                     })
@@ -138,6 +160,8 @@ class RewardModelModule(L.LightningModule):
         encoder: The frozen language model (any local causal LM; its last hidden state).
         heads: Number of heads (7: one per EVO-RAG reward component).
         single_head: One head (the total-reward baseline); overrides ``heads``.
+        objective: ``overall`` (every head learns the overall preference: the paper's L_RM) or
+            ``per_component`` (head k learns component k's order from the pair's signs).
         pooling: ``mean`` over the prefix's tokens or the ``last`` token.
         max_length: Tokens kept from the end of each trajectory prefix.
         lr: AdamW learning rate of the heads.
@@ -148,6 +172,7 @@ class RewardModelModule(L.LightningModule):
         encoder: ModelConfig,
         heads: int = 7,
         single_head: bool = False,
+        objective: str = "overall",
         pooling: str = "mean",
         max_length: int = 512,
         lr: float = 1e-3,
@@ -155,6 +180,9 @@ class RewardModelModule(L.LightningModule):
         super().__init__()
         if pooling not in POOLING:
             raise ValueError(f"reward model pooling '{pooling}' is not known; allowed: {', '.join(POOLING)}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"reward model objective '{objective}' is not known; allowed: {', '.join(OBJECTIVES)}")
+        self.objective = objective
         self.encoder_config = encoder
         self.num_heads = 1 if single_head else heads
         self.pooling, self.max_length, self.lr = pooling, max_length, lr
@@ -202,7 +230,10 @@ class RewardModelModule(L.LightningModule):
         chosen = self([row["chosen"] for row in batch])
         rejected = self([row["rejected"] for row in batch])
         signs = None
-        if self.num_heads > 1 and all("signs" in row for row in batch):
+        if self.objective == "per_component" and self.num_heads > 1:
+            missing = sum("signs" not in row for row in batch)
+            if missing:
+                raise ValueError(f"reward model objective per_component needs 'signs' in every pair; {missing} lack it")
             signs = torch.tensor([row["signs"] for row in batch], dtype=torch.float32, device=chosen.device)
         loss = pairwise_loss(chosen, rejected, signs)
         accuracy = ((chosen.sum(-1) - rejected.sum(-1)) > 0).float().mean()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -102,7 +104,9 @@ class RolloutEngine(ABC):
         for items in groups.values():
             widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))
             generations = self.generate([prompt for _, prompt, _ in items], widest)
-            done.extend((t, self._cut(g, p.max_new_tokens)) for (t, _, p), g in zip(items, generations))
+            done.extend(
+                (t, self._cut(g, p.max_new_tokens)) for (t, _, p), g in zip(items, generations)
+            )
         return done
 
     def _cut(self, generation: Generation, budget: int) -> Generation:
@@ -110,8 +114,19 @@ class RolloutEngine(ABC):
         if len(generation.token_ids) <= budget:
             return generation
         ids = generation.token_ids[:budget]
-        return Generation(ids, generation.logprobs[:budget],
-                          self.tokenizer.decode(ids, skip_special_tokens=True), finished=False)
+        return Generation(
+            ids,
+            generation.logprobs[:budget],
+            self.tokenizer.decode(ids, skip_special_tokens=True),
+            finished=False,
+        )
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """Around one whole rollout, all its turns: an engine that samples from the live policy
+        prepares it here (the ``hf`` engine gathers an FSDP-sharded policy's weights once).
+        Nothing by default."""
+        yield
 
     def idle(self) -> None:
         """A rollout is over (the update comes next): release what generation held."""

@@ -4,9 +4,23 @@ Sampling log-probs come from the processed scores (after temperature / top-p / t
 the distribution the tokens were actually drawn from. Stop strings and EOS are detected by
 one stopping criterion that also records where each row ended, so completions are cut
 exactly (pad and EOS may be the same id).
+
+Under FSDP (the paper's setting, Eval-RAR Appendix A.2) each rank holds a shard of the policy.
+By default (``fsdp_generation="gather"``) the engine gathers the full weights once per rollout
+(:meth:`HFEngine.generating`) and generates from them as a plain model, with no collective at
+all, so each rank's multi-turn episodes take their own number of turns and generation calls.
+This is what verl, which Search-R1 and Eval-RAR train with, does for its rollout (the full
+weights are loaded into the rollout engine once per step). ``"per_layer"`` is the old path:
+each FSDP unit gathers its layer at every decoding step (less memory: one layer whole at a
+time); every generation is then a collective, so it suits only rollouts whose ranks make the
+same generation calls (single-turn environments): a rank whose episodes are done early would
+leave the others waiting forever.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -35,7 +49,7 @@ class _EndTracker(StoppingCriteria):
             last = int(input_ids[row, -1])
             hit = last in self.eos_ids
             if not hit and self.stops:
-                tail_ids = input_ids[row, max(self.prompt_width, input_ids.shape[1] - self.tail):]
+                tail_ids = input_ids[row, max(self.prompt_width, input_ids.shape[1] - self.tail) :]
                 text = self.tokenizer.decode(tail_ids, skip_special_tokens=False)
                 hit = any(s in text for s in self.stops)
             if hit:
@@ -49,10 +63,45 @@ class HFEngine(RolloutEngine):
 
     Args:
         max_batch_size: Most sequences per ``generate`` call (memory bound); ``None`` = all.
+        fsdp_generation: With an FSDP-sharded policy on several ranks: ``gather`` the full
+            weights once per rollout and generate without collectives (multi-turn safe; one
+            whole copy of the weights per rank while generating), or gather them ``per_layer``
+            at each decoding step (less memory; every rank must make the same generation
+            calls, so single-turn rollouts only). See the module docstring.
     """
 
-    def __init__(self, max_batch_size: int | None = None) -> None:
+    def __init__(self, max_batch_size: int | None = None, fsdp_generation: str = "gather") -> None:
+        if fsdp_generation not in FSDP_GENERATION:
+            raise ValueError(
+                f"engine fsdp_generation '{fsdp_generation}' is not known; allowed: {', '.join(FSDP_GENERATION)}"
+            )
         self.max_batch_size = max_batch_size
+        self.fsdp_generation = fsdp_generation
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """Gather an FSDP-sharded policy for one rollout (see the module docstring).
+
+        ``gather``: every unit's full parameters (``summon_full_params``, recursively, no
+        write-back) and the nested units stepped around, so ``generate`` runs the plain modules
+        on the gathered weights. ``per_layer``: only the root unit's own parameters (embeddings,
+        head), which ``generate`` uses outside the root's forward; the layer units gather theirs
+        in their forward. A no-op for an unsharded policy.
+        """
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if not isinstance(self.model, FullyShardedDataParallel):
+            yield
+            return
+        recurse = self.fsdp_generation == "gather"
+        with FullyShardedDataParallel.summon_full_params(
+            self.model, recurse=recurse, writeback=False
+        ):
+            if not recurse:
+                yield
+                return
+            with _units_bypassed(self.model.module):
+                yield
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -66,7 +115,10 @@ class HFEngine(RolloutEngine):
 
     def _eos_ids(self) -> set[int]:
         ids = set()
-        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+        for source in (
+            self.tokenizer.eos_token_id,
+            getattr(self.model.generation_config, "eos_token_id", None),
+        ):
             if isinstance(source, int):
                 ids.add(source)
             elif source:
@@ -81,15 +133,15 @@ class HFEngine(RolloutEngine):
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, p in enumerate(prompts):  # left padding
-            input_ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention[row, width - len(p):] = 1
+            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[row, width - len(p) :] = 1
         eos = self._eos_ids()
         tracker = _EndTracker(tok, width, eos, params.stop)
         sample = not params.greedy
         kwargs = (
-            dict(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+            {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k}
             if sample
-            else dict(temperature=None, top_p=None, top_k=None)
+            else {"temperature": None, "top_p": None, "top_k": None}
         )
         result = model.generate(
             input_ids=input_ids.to(device),
@@ -102,7 +154,7 @@ class HFEngine(RolloutEngine):
             pad_token_id=pad,
             eos_token_id=sorted(eos) or None,
             use_cache=True,
-            synced_gpus=_sharded_across_ranks(model),
+            synced_gpus=_collective_forward(model),
             **kwargs,
         )
         new = result.sequences[:, width:].cpu()  # [N, T]
@@ -110,7 +162,9 @@ class HFEngine(RolloutEngine):
         picked = torch.zeros(new.shape, dtype=torch.float32)  # [N, T]
         for t, scores in enumerate(result.scores):
             chosen = new[:, t : t + 1].to(scores.device)
-            picked[:, t] = torch.log_softmax(scores.float(), dim=-1).gather(-1, chosen).squeeze(-1).cpu()
+            picked[:, t] = (
+                torch.log_softmax(scores.float(), dim=-1).gather(-1, chosen).squeeze(-1).cpu()
+            )
         generations = []
         for row in range(len(prompts)):
             finished = row in tracker.lengths
@@ -127,10 +181,46 @@ class HFEngine(RolloutEngine):
         return generations
 
 
-def _sharded_across_ranks(model: torch.nn.Module) -> bool:
-    """An FSDP policy on several ranks: each decoding step gathers parameters from every rank,
-    so every rank must run as many steps as the slowest (transformers' ``synced_gpus``)."""
+FSDP_GENERATION = ("gather", "per_layer")
+
+
+def _collective_forward(model: torch.nn.Module) -> bool:
+    """Whether a forward pass of ``model`` runs FSDP units (each gathers its layer from every
+    rank) on several ranks: then every rank must run as many decoding steps as the slowest
+    (transformers' ``synced_gpus``). False once :meth:`HFEngine.generating` has gathered the
+    weights and stepped around the units (``gather``)."""
     import torch.distributed as dist
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    return isinstance(model, FullyShardedDataParallel) and dist.is_initialized() and dist.get_world_size() > 1
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    inner = model.module if isinstance(model, FullyShardedDataParallel) else model
+    return any(isinstance(m, FullyShardedDataParallel) for m in inner.modules())
+
+
+@contextlib.contextmanager
+def _units_bypassed(module: torch.nn.Module) -> Iterator[None]:
+    """Each nested FSDP unit under ``module`` replaced by the module it wraps, then put back.
+
+    Inside ``summon_full_params(recurse=True)`` the wrapped modules' parameters are the full
+    ones, so their forward needs no unit: running a unit's own forward there would reshard
+    (free) the gathered weights after each layer and gather them again, a collective.
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
+
+    def bypass(parent: torch.nn.Module) -> None:
+        for name, child in list(parent.named_children()):
+            if isinstance(child, FullyShardedDataParallel):
+                parent._modules[name] = child.module
+                swapped.append((parent, name, child))
+                child = child.module
+            bypass(child)
+
+    try:
+        bypass(module)
+        yield
+    finally:
+        for parent, name, unit in reversed(swapped):
+            parent._modules[name] = unit

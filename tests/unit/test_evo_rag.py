@@ -144,10 +144,11 @@ def test_dpo_loss_worked_by_hand():
 def test_pairs_come_from_siblings_with_enough_margin():
     e = torch.zeros(1, dtype=torch.long)
 
-    def t(state, ex=EX):
-        return Trajectory(ex, 0, e, e, e, e.float(), "", meta={"state": state})
+    def t(state, action, ex=EX):  # each sibling a different action (completion token)
+        a = torch.tensor([action])
+        return Trajectory(ex, 0, e, a, torch.ones(1), e.float(), "", meta={"state": state})
 
-    rows = [t("s0"), t("s0"), t("s0"), t("s1"), t("s1"), t("s2")]
+    rows = [t("s0", 1), t("s0", 2), t("s0", 3), t("s1", 1), t("s1", 2), t("s2", 1)]
     returns = torch.tensor([0.5, 1.0, 0.1, 0.3, 0.4, 9.0])
     # s0: best 1 (1.0), worst 2 (0.1): gap 0.9 >= 0.2; s1: gap 0.1 < 0.2; s2: a single branch
     assert preference_pairs(rows, returns, margin=0.2) == [(1, 2)]

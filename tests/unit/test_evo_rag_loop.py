@@ -16,7 +16,12 @@ from lit_rag.callbacks import AlternatingRewardModel, CurriculumCallback, Reward
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
 from lit_rag.modules.policy import PolicyModule
-from lit_rag.modules.reward_model import RewardModelModule, read_pairs, sibling_pairs, trajectory_text
+from lit_rag.modules.reward_model import (
+    RewardModelModule,
+    read_pairs,
+    sibling_pairs,
+    trajectory_text,
+)
 from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
 from lit_rag.plugins.rewards.evo_rag import COMPONENTS, EvoRagReward
@@ -76,13 +81,16 @@ def _module(tmp_path, selection="reward_model") -> PolicyModule:
                         micro_batch_size=4, lr=1e-3)
 
 
+ACTIONS_TOKEN = {"answer": 1, "refuse": 2, "backtrack": 3}  # one completion token per action
+
+
 def test_sibling_pairs_threshold_signs_and_text():
     ex = Example(id="q", question="Q?", answers=["a"], gold_ids=["g"])
 
     def traj(state, action):
         steps = [Step("search", "first", ["n"], ""), Step(action, None, [], "a")]
         return Trajectory(example=ex, group=0, prompt_ids=torch.zeros(1, dtype=torch.long),
-                          completion_ids=torch.zeros(1, dtype=torch.long), loss_mask=torch.ones(1),
+                          completion_ids=torch.tensor([ACTIONS_TOKEN[action]]), loss_mask=torch.ones(1),
                           sampling_logprobs=torch.zeros(1), text="", steps=steps, prompt_text="STATE",
                           meta={"state": state, "branch_step": 1})
 

@@ -11,9 +11,13 @@ EX = Example(id="q", question="?", answers=["a"])
 
 def traj(group: int, n_tokens: int) -> Trajectory:
     return Trajectory(
-        example=EX, group=group, prompt_ids=torch.tensor([5, 6]),
-        completion_ids=torch.arange(1, n_tokens + 1), loss_mask=torch.ones(n_tokens),
-        sampling_logprobs=torch.full((n_tokens,), -1.0), text="",
+        example=EX,
+        group=group,
+        prompt_ids=torch.tensor([5, 6]),
+        completion_ids=torch.arange(1, n_tokens + 1),
+        loss_mask=torch.ones(n_tokens),
+        sampling_logprobs=torch.full((n_tokens,), -1.0),
+        text="",
     )
 
 
@@ -38,7 +42,9 @@ def test_drop_zero_variance_groups():
     kept = GRPO(drop_zero_variance_groups=True).prepare(trajs, rewards)
     assert kept["size"] == 2
     assert kept["metrics"]["zero_variance_group_fraction"].item() == 0.5
-    all_flat = GRPO(drop_zero_variance_groups=True).prepare(trajs[2:], RewardBreakdown(total=torch.tensor([2.0, 2.0])))
+    all_flat = GRPO(drop_zero_variance_groups=True).prepare(
+        trajs[2:], RewardBreakdown(total=torch.tensor([2.0, 2.0]))
+    )
     assert all_flat["size"] == 0
 
 
@@ -52,7 +58,9 @@ def test_token_weights_per_aggregation():
     tok = GRPO(loss_aggregation="token").prepare(trajs, rewards)["token_weights"]
     # token: 1 / sum |o_i| = 1/6 on every real token
     assert torch.allclose(tok, torch.tensor([[1 / 6, 1 / 6, 0, 0], [1 / 6] * 4]))
-    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards)["token_weights"]
+    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards)[
+        "token_weights"
+    ]
     # constant (Dr. GRPO): 1 / (N * L_max) = 1 / (2 * 8) = 0.0625
     assert const.tolist() == [[0.0625, 0.0625, 0, 0], [0.0625] * 4]
     for w in (seq, tok):  # both normalize to a mean: weights sum to 1 over the batch
@@ -65,8 +73,11 @@ def test_loss_by_hand_on_policy():
     algo = GRPO(beta=0.1, kl_estimator="k2")
     logp = torch.tensor([[-1.0], [-2.0]], requires_grad=True)
     batch = {
-        "logprobs": logp, "old_logprobs": logp.detach(), "completion_mask": torch.ones(2, 1),
-        "advantages": torch.tensor([1.0, -1.0]), "token_weights": torch.full((2, 1), 0.5),
+        "logprobs": logp,
+        "old_logprobs": logp.detach(),
+        "completion_mask": torch.ones(2, 1),
+        "advantages": torch.tensor([1.0, -1.0]),
+        "token_weights": torch.full((2, 1), 0.5),
         "ref_logprobs": torch.tensor([[-1.5], [-2.0]]),
     }
     out = algo.loss(batch)
@@ -83,8 +94,10 @@ def test_clipping_asymmetric():
     # ratio = e^0.5 = 1.6487 with A = +1: clipped at 1 + eps_high
     algo = GRPO(beta=0.0, epsilon=0.2, epsilon_high=0.28)
     batch = {
-        "logprobs": torch.tensor([[0.0]], requires_grad=True), "old_logprobs": torch.tensor([[-0.5]]),
-        "completion_mask": torch.ones(1, 1), "advantages": torch.tensor([1.0]),
+        "logprobs": torch.tensor([[0.0]], requires_grad=True),
+        "old_logprobs": torch.tensor([[-0.5]]),
+        "completion_mask": torch.ones(1, 1),
+        "advantages": torch.tensor([1.0]),
         "token_weights": torch.ones(1, 1),
     }
     out = algo.loss(batch)
@@ -106,14 +119,20 @@ def test_truncated_importance_sampling_by_hand():
     algo = GRPO(beta=0.1, kl_estimator="k2", importance_sampling_cap=2.0)
     logp = torch.tensor([[-1.0, -1.0, -2.0]], requires_grad=True)
     batch = {
-        "logprobs": logp, "old_logprobs": logp.detach(), "completion_mask": torch.ones(1, 3),
-        "sampling_logprobs": torch.tensor([[-1.5, -2.0, -1.0]]), "advantages": torch.tensor([1.0]),
-        "token_weights": torch.full((1, 3), 1 / 3), "ref_logprobs": logp.detach(),  # KL 0: not weighted
+        "logprobs": logp,
+        "old_logprobs": logp.detach(),
+        "completion_mask": torch.ones(1, 3),
+        "sampling_logprobs": torch.tensor([[-1.5, -2.0, -1.0]]),
+        "advantages": torch.tensor([1.0]),
+        "token_weights": torch.full((1, 3), 1 / 3),
+        "ref_logprobs": logp.detach(),  # KL 0: not weighted
     }
     out = algo.loss(batch)
     assert out.loss.item() == pytest.approx(-(1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5)
     assert out.metrics["is_weight_capped_fraction"].item() == pytest.approx(1 / 3)
-    assert out.metrics["is_weight_mean"].item() == pytest.approx((1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5)
+    assert out.metrics["is_weight_mean"].item() == pytest.approx(
+        (1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5
+    )
     # off (the default): the same batch is plain GRPO, -1 per token -> loss -1
     assert GRPO(beta=0.1, kl_estimator="k2").loss(batch).loss.item() == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="importance_sampling_cap must be >= 1"):
@@ -121,8 +140,49 @@ def test_truncated_importance_sampling_by_hand():
 
 
 def test_bad_options_name_key_and_allowed():
-    with pytest.raises(ValueError, match="loss_aggregation 'mean'.*allowed: sequence, token, constant"):
+    with pytest.raises(
+        ValueError, match="loss_aggregation 'mean'.*allowed: sequence, token, constant"
+    ):
         GRPO(loss_aggregation="mean")
     with pytest.raises(ValueError, match="scale_rewards"):
         GRPO(scale_rewards="rank")
     assert GRPO(beta=0.0).needs_reference is False
+
+
+def test_token_aggregation_loss_by_hand_and_across_micro_batches():
+    # ARENA's release (TRL 0.16 GRPOTrainer) averages over tokens: sum(loss * mask) / sum(mask).
+    # One group, rewards [1, 0]: mean 0.5, sample std sqrt(0.5) = 0.70711,
+    #   A = [0.5, -0.5] / (0.70711 + 1e-4) = [a, -a], a = 0.70701.
+    # Sample 0 has 1 token, sample 1 has 3; on-policy (ratio 1), beta 0: per-token loss = -A,
+    #   row 0: [-a], row 1: [a, a, a].
+    #   sequence: 1/2 * (-a) + 1/2 * (3a / 3) = 0
+    #   token:    (-a + a + a + a) / 4 = a / 2 = 0.35350
+    trajs = [traj(0, 1), traj(0, 3)]
+    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0]))
+    a = 0.5 / (0.5**0.5 + 1e-4)
+    losses = {}
+    for mode in ("sequence", "token"):
+        algo = GRPO(beta=0.0, loss_aggregation=mode)
+        batch = algo.prepare(trajs, rewards)
+        logp = torch.full((2, 3), -1.0)
+        full = dict(batch, logprobs=logp, old_logprobs=logp)
+        losses[mode] = algo.loss(full).loss.item()
+        # two micro-batches of one row each add up to the whole batch (weights are global)
+        parts = [
+            algo.loss(
+                {
+                    k: full[k][i : i + 1]
+                    for k in (
+                        "logprobs",
+                        "old_logprobs",
+                        "completion_mask",
+                        "advantages",
+                        "token_weights",
+                    )
+                }
+            ).loss.item()
+            for i in (0, 1)
+        ]
+        assert sum(parts) == pytest.approx(losses[mode], abs=1e-6)
+    assert losses["sequence"] == pytest.approx(0.0, abs=1e-6)
+    assert losses["token"] == pytest.approx(a / 2, abs=1e-5)

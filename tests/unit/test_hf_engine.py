@@ -31,7 +31,9 @@ def test_sampling_logprobs_match_a_forward_pass(tiny_policy):
     prompt = tok("In which city")["input_ids"]
     (g,) = e.generate([prompt], SamplingParams(max_new_tokens=5, temperature=0.7))
     ids = torch.tensor([prompt + g.token_ids.tolist()])
-    recomputed = completion_logprobs(model, ids, torch.ones_like(ids), len(g.token_ids), temperature=0.7)
+    recomputed = completion_logprobs(
+        model, ids, torch.ones_like(ids), len(g.token_ids), temperature=0.7
+    )
     assert torch.allclose(recomputed[0], g.logprobs, atol=1e-4)
 
 
@@ -81,3 +83,57 @@ def test_submit_collect_batches_by_sampling_setting_and_cuts_each_row_to_its_bud
     assert done[short].text == tok.decode(full[:3])
     assert done[wide].token_ids.tolist() == full and done[wide].finished
     assert done[other].text == "[1]" and engine.collect() == []
+
+
+def test_unknown_fsdp_generation_is_a_one_line_error():
+    import pytest
+
+    with pytest.raises(
+        ValueError, match="engine fsdp_generation 'layers' is not known; allowed: gather, per_layer"
+    ):
+        HFEngine(fsdp_generation="layers")
+
+
+def test_fsdp_gather_generates_without_units_and_puts_them_back(tiny_policy, tmp_path):
+    """One gloo process (the two-rank run is tests/integration/test_fsdp_multiturn.py): inside
+    ``generating()`` the tree has no FSDP unit (no collective per decoding step), greedy text is
+    the unsharded model's, and afterwards every unit is back in its place."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    from lit_rag.rollout.hf import _collective_forward
+
+    model, tok = tiny_policy
+    # an in-process vLLM (tests/integration/test_fit_vllm.py) leaves a one-process default group
+    # behind: reuse it then, with a gloo group of our own for FSDP
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        layer = type(model.model.layers[0])
+        sharded = FSDP(
+            copy.deepcopy(model),
+            auto_wrap_policy=ModuleWrapPolicy({layer}),
+            device_id=torch.device("cpu"),
+            use_orig_params=True,
+            process_group=dist.new_group(ranks=[0], backend="gloo"),
+        )
+        units = [n for n, m in sharded.named_modules() if isinstance(m, FSDP)]
+        assert len(units) == 1 + len(model.model.layers)  # the root and one per layer
+        engine, plain = HFEngine(), HFEngine()
+        engine.bind(sharded, tok)
+        plain.bind(model, tok)
+        prompt = [tok("Where was Mira Tolvan born?")["input_ids"]]
+        greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+        with engine.generating():
+            assert not any(isinstance(m, FSDP) for m in sharded.module.modules())
+            assert not _collective_forward(sharded)
+            got = engine.generate(prompt, greedy)[0]
+        assert [n for n, m in sharded.named_modules() if isinstance(m, FSDP)] == units
+        assert got.token_ids.tolist() == plain.generate(prompt, greedy)[0].token_ids.tolist()
+    finally:
+        if created:
+            dist.destroy_process_group()

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lit_rag.plugins.algorithms.kl import ESTIMATORS, get_estimator, k1, k2, k3
+from lit_rag.plugins.algorithms.kl import ESTIMATORS, get_estimator, k1, k2, k3, low_var_kl
 
 
 def test_estimators_by_hand():
@@ -44,5 +44,42 @@ def test_k2_symmetric_nonnegative():
 
 
 def test_unknown_estimator_lists_allowed():
-    with pytest.raises(ValueError, match="unknown kl_estimator 'k4'; allowed: k1, k2, k3, stabilized"):
+    with pytest.raises(
+        ValueError, match="unknown kl_estimator 'k4'; allowed: k1, k2, k3, low_var_kl, stabilized"
+    ):
         get_estimator("k4")
+
+
+def test_low_var_kl_is_verls_clamped_k3():
+    """verl's ``low_var_kl`` (core_algos.kl_penalty): k3 = r - log r - 1, clamped to [-10, 10].
+
+    log r = ref - logp:
+       0     -> k3 = 1 - 0 - 1                  =  0
+      -2     -> k3 = e^-2 + 2 - 1 = 0.1353 + 1  =  1.1353   (inside: unchanged)
+       3     -> k3 = e^3 - 3 - 1 = 20.0855 - 4  = 16.0855   -> clamped to 10
+     -12     -> k3 = e^-12 + 12 - 1 ~ 11.000006            -> clamped to 10
+    Gradient w.r.t. log pi: d k3 / d logp = 1 - r; at log r = -2: 1 - 0.1353 = 0.8647; where
+    clamped it is 0 (torch.clamp passes no gradient outside its bounds, as in verl).
+    """
+    logp = torch.zeros(4, requires_grad=True)
+    ref = torch.tensor([0.0, -2.0, 3.0, -12.0])
+    out = low_var_kl(logp, ref)
+    assert out.tolist() == pytest.approx([0.0, math.exp(-2) + 1, 10.0, 10.0])
+    assert k3(logp, ref)[2].item() == pytest.approx(
+        math.exp(3) - 4
+    )  # 16.0855: k3 itself is not clamped
+    out.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, 1 - math.exp(-2), 0.0, 0.0])
+    assert get_estimator("low_var_kl") is low_var_kl
+
+
+def test_paper_recipes_use_verls_low_var_kl():
+    """Eval-RAR trains in verl with Search-R1's settings (``kl_loss_type=low_var_kl``)."""
+    from pathlib import Path
+
+    import yaml
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    for name in ("eval_rar.yaml", "search_r1.yaml"):
+        config = yaml.safe_load((recipes / name).read_text())
+        assert config["model"]["algorithm"]["init_args"]["kl_estimator"] == "low_var_kl", name

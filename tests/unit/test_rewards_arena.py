@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from lit_rag.plugins.rewards.arena import ArenaReward, parse_arena
+from lit_rag.plugins.rewards.arena import ArenaReward, parse_arena, parse_relevance
 from lit_rag.types import Example, Passage, Trajectory
 
 # Five references; gold ids "p2" and "p4" are at 1-based positions 2 and 4.
@@ -46,7 +46,11 @@ def with_relevance(body: str) -> str:
 def test_perfect_output_scores_13() -> None:
     # format 1 + accuracy 1 + relevance 1 + bonus 10 = 13
     assert score(PERFECT) == {
-        "format": 1.0, "accuracy": 1.0, "relevance": 1.0, "bonus": 10.0, "total": 13.0
+        "format": 1.0,
+        "accuracy": 1.0,
+        "relevance": 1.0,
+        "bonus": 10.0,
+        "total": 13.0,
     }
 
 
@@ -54,7 +58,11 @@ def test_wrong_answer_loses_accuracy_and_bonus() -> None:
     # format 1 + accuracy 0 + relevance 1 + bonus 0 = 2
     s = score(PERFECT.replace("paris", "Lyon"))
     assert (s["format"], s["accuracy"], s["relevance"], s["bonus"], s["total"]) == (
-        1.0, 0.0, 1.0, 0.0, 2.0
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        2.0,
     )
 
 
@@ -62,24 +70,73 @@ def test_alias_and_normalization_count_as_accurate() -> None:
     assert score(PERFECT.replace("paris", "Paris, France."))["accuracy"] == 1.0
 
 
+def test_issue_14_hyphen_matches_space_as_in_the_release() -> None:
+    sartre = Example(
+        id="q",
+        question="?",
+        answers=["Jean Paul Sartre"],
+        references=EXAMPLE.references,
+        gold_ids=["p2", "p4"],
+    )
+    text = PERFECT.replace("paris", "Jean-Paul Sartre")
+    # "jean paul sartre" == "jean paul sartre": 1 + 1 + 1 + 10 = 13
+    assert score(text, sartre)["total"] == 13.0
+    # SQuAD rule: "jeanpaul sartre" != "jean paul sartre": 1 + 0 + 1 + 0 = 2 (11 points lost)
+    assert score(text, sartre, punctuation="delete")["total"] == 2.0
+
+
+def test_issue_14_empty_normalized_answer_is_never_accurate() -> None:
+    blank = Example(
+        id="q",
+        question="?",
+        answers=["", "The"],
+        references=EXAMPLE.references,
+        gold_ids=["p2", "p4"],
+    )
+    for answer in ("A", "the", "", "?!"):
+        # every side normalizes to "": accuracy 0, so 1 + 0 + 1 + 0 = 2
+        assert score(PERFECT.replace("paris", answer), blank)["total"] == 2.0
+
+
+def test_unknown_punctuation_mode_is_rejected() -> None:
+    with pytest.raises(
+        ValueError, match="arena punctuation 'strip' is not known; allowed: delete, space"
+    ):
+        ArenaReward(punctuation="strip")
+
+
 @pytest.mark.parametrize(
     ("body", "relevance"),
     [
         ("[2, 4]", 1.0),
         ("[4,2]", 1.0),  # order does not matter
-        ("4, 2", 1.0),  # brackets optional
         ("[2, 2, 4]", 1.0),  # duplicates collapse to a set
+        ("[\n 2 ,\t4 ]", 1.0),  # JSON whitespace anywhere
         ("[2]", 0.5),  # partial: {2} & {2, 4} non-empty, sets differ
         ("[2, 3]", 0.5),  # partial: one right, one wrong
         ("[1, 2, 4]", 0.5),  # superset is partial
         ("[2, 4, 99]", 0.5),  # out-of-range numbers are kept as wrong citations
+        ("[-2, 4]", 0.5),  # -2 is an integer naming no reference: {-2, 4} & {2, 4} = {4}
         ("[1, 3]", 0.0),  # no overlap
         ("[]", 0.0),  # empty prediction
-        ("none", 0.0),  # no numbers at all
-        ("[2, two, 4]", 1.0),  # junk between numbers is ignored
-        ("[[2], [4]]", 1.0),  # nested brackets
-        ("[ 2 ]", 0.5),
-        ("[2, 12345678901234567890, 4]", 1.0),  # runs over 9 digits are dropped as junk
+        ("[2, 4, 12345678901234567890]", 0.5),  # a huge integer is a wrong citation
+        # Not a JSON list of integers (Table 1: "in square brackets, e.g. [1,5]"): relevance 0
+        ("4, 2", 0.0),  # no brackets
+        ("none", 0.0),
+        ("[2, two, 4]", 0.0),
+        ("[[2], [4]]", 0.0),  # nested
+        ("[2-4]", 0.0),  # a range
+        ("[2.4]", 0.0),
+        ("[2.0, 4.0]", 0.0),  # floats are no reference numbers (the release accepts these)
+        ("[true, 4]", 0.0),  # nor are booleans
+        ("[2e0, 4]", 0.0),
+        ('["2", "4"]', 0.0),
+        ('{"2": true, "4": true}', 0.0),
+        ("[2, 4] and [5]", 0.0),  # trailing text
+        ("[２, 4]", 0.0),  # full-width digit
+        ("[2, 4,]", 0.0),  # trailing comma is not JSON
+        ("[02, 4]", 0.0),  # leading zero is not JSON
+        ("[" + "1" * 5000 + "]", 0.0),  # over Python's 4300-digit int limit: no prediction
     ],
 )
 def test_relevance(body: str, relevance: float) -> None:
@@ -93,6 +150,29 @@ def test_relevance(body: str, relevance: float) -> None:
 def test_partial_relevance_total() -> None:
     # format 1 + accuracy 1 + relevance 0.5 + bonus 0 = 2.5
     assert score(with_relevance("[2]"))["total"] == 2.5
+
+
+@pytest.mark.parametrize("body", ["[-1,-3]", "[1-3]", "[1.3]", "[1e3]", '{"1":true,"3":false}'])
+def test_issue_13_lenient_lists_earn_no_relevance_or_bonus(body: str) -> None:
+    # Gold [1, 3]: references p1 and p3 at positions 1 and 3.
+    example = Example(
+        id="q",
+        question="?",
+        answers=["Paris"],
+        references=EXAMPLE.references,
+        gold_ids=["p1", "p3"],
+    )
+    s = score(with_relevance(body), example)
+    # [-1,-3] parses, but {-1, -3} & {1, 3} is empty; the others are not lists of integers.
+    # format 1 + accuracy 1 + relevance 0 + bonus 0 = 2 (the lenient parser gave 1+1+1+10 = 13)
+    assert (s["relevance"], s["bonus"], s["total"]) == (0.0, 0.0, 2.0)
+    assert score(with_relevance("[3, 1]"), example)["total"] == 13.0  # 1 + 1 + 1 + 10
+
+
+def test_deeply_nested_relevance_is_no_prediction() -> None:
+    # json.loads raises RecursionError at this depth; the parser returns None, never raises
+    assert parse_relevance("[" * 100_000 + "]" * 100_000) is None
+    assert score(with_relevance("[" * 100_000 + "]" * 100_000))["relevance"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -116,7 +196,11 @@ def test_malformed_keeps_accuracy_and_relevance(text: str) -> None:
     # format 0 removes the bonus; the last <answer>/<relevance> pairs are still scored
     s = score(text)
     assert (s["format"], s["accuracy"], s["relevance"], s["bonus"], s["total"]) == (
-        0.0, 1.0, 1.0, 0.0, 2.0
+        0.0,
+        1.0,
+        1.0,
+        0.0,
+        2.0,
     )
 
 
@@ -189,8 +273,7 @@ def test_batch_shapes_and_dtype() -> None:
         "None",
         "null",
         "\x00\x01\x1b[31m<answer>\udc80\u202e</answer>",  # NUL, ANSI escape, lone surrogate, RTL
-        "<relevance>[２, ٤]</relevance><analysis>日本語 🎉</analysis>"
-        "<answer>Ｐａｒｉｓ</answer>",
+        "<relevance>[２, ٤]</relevance><analysis>日本語 🎉</analysis><answer>Ｐａｒｉｓ</answer>",
     ],
 )
 def test_adversarial_inputs_return_numbers(text: str) -> None:
@@ -208,7 +291,7 @@ def test_nested_answer_uses_innermost_pair() -> None:
 
 def check_parse_and_reward(text: str) -> None:
     p = parse_arena(text)
-    assert p.relevance is None or all(isinstance(i, int) and i >= 0 for i in p.relevance)
+    assert p.relevance is None or all(type(i) is int for i in p.relevance)
     s = score(text)
     assert s["format"] in (0.0, 1.0) and s["accuracy"] in (0.0, 1.0)
     assert s["relevance"] in (0.0, 0.5, 1.0) and s["bonus"] in (0.0, 10.0)

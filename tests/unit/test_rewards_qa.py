@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import random
+import time
 
 import pytest
 import torch
@@ -33,7 +32,9 @@ def traj(text: str, answers: list[str]) -> Trajectory:
         ("a cat and an owl", "cat and owl"),  # a / an as whole words only
         ("theatre anatomy banana", "theatre anatomy banana"),  # articles inside words stay
         ("Hello, World!", "hello world"),  # case and punctuation
-        ("U.S.A.", "usa"),  # punctuation is deleted, not replaced by a space
+        ("U.S.A.", "usa"),  # punctuation is deleted, not replaced by a space (default)
+        ("Jean-Paul Sartre", "jeanpaul sartre"),
+        ("Ender\u2019s Game", "ender\u2019s game"),  # only ASCII punctuation is deleted
         ("New_York", "new york"),  # underscore -> space *before* punctuation removal
         ("the_beatles", "beatles"),  # so an article joined by "_" is removed too
         ("  lots \t of\n\nspace  ", "lots of space"),  # whitespace collapsed and stripped
@@ -43,6 +44,61 @@ def traj(text: str, answers: list[str]) -> Trajectory:
 )
 def test_normalize_answer(raw: str, expected: str) -> None:
     assert normalize_answer(raw) == expected
+    assert normalize_answer(raw, punctuation="delete") == expected  # the default, named
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("U.S.A.", "u s"),  # ARENA's release: punctuation -> space; then "a" is an article
+        ("Jean-Paul Sartre", "jean paul sartre"),  # a hyphen splits words
+        ("Ender\u2019s Game", "ender s game"),  # typographic apostrophe is punctuation
+        ("\u2018Tis \u00b4twas", "tis twas"),  # as are \u2018 and \u00b4 (the release's set)
+        ("\u201cParis\u201d", "\u201cparis\u201d"),  # double curly quotes are not in that set
+        ("O'Neil's", "o neil s"),
+        ("New_York", "new york"),
+        ("The Beatles!", "beatles"),
+        ("a.k.a.", "k"),  # "a k a": both a are articles
+    ],
+)
+def test_normalize_answer_space_mode(raw: str, expected: str) -> None:
+    assert normalize_answer(raw, punctuation="space") == expected
+
+
+def test_issue_14_hyphen_matches_space_in_arena_mode() -> None:
+    # space: "jean paul sartre" on both sides
+    assert exact_match("Jean-Paul Sartre", ["Jean Paul Sartre"], punctuation="space") == 1.0
+    # delete (default): "jeanpaul sartre" != "jean paul sartre"
+    assert exact_match("Jean-Paul Sartre", ["Jean Paul Sartre"]) == 0.0
+    # and the other way round: "u s" != "usa" with space, "usa" == "usa" when deleting
+    assert exact_match("U.S.A.", ["USA"], punctuation="space") == 0.0
+    assert exact_match("U.S.A.", ["USA"]) == 1.0
+    # F1, space: [jean, paul, sartre] vs [sartre]: P 1/3, R 1, F1 = 2 * (1/3) / (4/3) = 0.5
+    assert f1_score("Jean-Paul Sartre", ["Sartre"], punctuation="space") == pytest.approx(0.5)
+    # delete: [jeanpaul, sartre] vs [sartre]: P 1/2, R 1, F1 = 2 * (1/2) / (3/2) = 2/3
+    assert f1_score("Jean-Paul Sartre", ["Sartre"]) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("punctuation", ["space", "delete"])
+@pytest.mark.parametrize(
+    ("prediction", "answers"),
+    [("A", [""]), ("the", ["An"]), ("", [""]), ("!", ["?"]), ("a", ["the", ""])],
+)
+def test_issue_14_empty_normalized_answer_never_matches(
+    prediction: str, answers: list[str], punctuation: str
+) -> None:
+    # both sides normalize to "": no answer given, nothing matched
+    assert exact_match(prediction, answers, punctuation) == 0.0
+    assert f1_score(prediction, answers, punctuation) == 0.0
+
+
+def test_unknown_punctuation_mode() -> None:
+    with pytest.raises(
+        ValueError, match="punctuation 'strip' is not known; allowed: delete, space"
+    ):
+        normalize_answer("x", punctuation="strip")
+    with pytest.raises(ValueError, match="exact_match punctuation 'strip' is not known"):
+        ExactMatchReward(punctuation="strip")
 
 
 def test_exact_match_any_alias() -> None:
@@ -63,10 +119,10 @@ def test_f1_hand_worked() -> None:
     assert f1_score("Rome", ["Paris"]) == 0.0  # no common token
 
 
-def test_f1_empty_sides_follow_squad_v2() -> None:
+def test_f1_empty_sides_score_zero() -> None:
     assert f1_score("", ["Paris"]) == 0.0  # empty prediction
     assert f1_score("Paris", ["the"]) == 0.0  # gold normalizes to nothing
-    assert f1_score("a", ["the"]) == 1.0  # both normalize to nothing
+    assert f1_score("a", ["the"]) == 0.0  # both normalize to nothing (SQuAD v2 would say 1)
     assert f1_score("Paris", []) == 0.0  # no gold answers
 
 
@@ -110,6 +166,16 @@ def test_exact_match_reward() -> None:
     assert whole.total.tolist() == [0.0, 0.0, 1.0]  # the whole text is the answer
 
 
+def test_rewards_punctuation_option() -> None:
+    trajs = [traj("<answer>U.S.A.</answer>", ["USA"])]
+    # space: "u s" != "usa" -> 0; delete (default): "usa" == "usa" -> 1
+    assert ExactMatchReward(punctuation="space")(trajs).total.tolist() == [0.0]
+    assert ExactMatchReward()(trajs).total.tolist() == [1.0]
+    # F1, space: [u, s] vs [usa] share nothing -> 0; delete: [usa] vs [usa] -> 1
+    assert F1Reward(punctuation="space")(trajs).total.tolist() == [0.0]
+    assert F1Reward()(trajs).total.tolist() == [1.0]
+
+
 def test_f1_reward() -> None:
     trajs = [traj("<answer>the city of Paris</answer>", ["Paris France"]), traj("", ["x"])]
     out = F1Reward(weight=0.5)(trajs)
@@ -127,9 +193,7 @@ def test_rewards_on_empty_batch() -> None:
 def test_set_weights() -> None:
     reward = F1Reward()
     reward.set_weights({"f1": 3.0})
-    assert reward(
-        [traj("<answer>Paris</answer>", ["Paris"])]
-    ).total.tolist() == [3.0]  # 3 * 1.0
+    assert reward([traj("<answer>Paris</answer>", ["Paris"])]).total.tolist() == [3.0]  # 3 * 1.0
     with pytest.raises(ValueError, match="exact_match"):
         reward.set_weights({"exact_match": 1.0})
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import ScriptedPolicy
 
 from lit_rag.plugins.algorithms.batching import collate
 from lit_rag.plugins.algorithms.grpo import GRPO
@@ -9,13 +10,12 @@ from lit_rag.plugins.environments.search_agent import (
     EVAL_RAR_PROMPT,
     INVALID_ACTION_MESSAGE,
     SearchAgentEnvironment,
+    final_answer,
 )
 from lit_rag.plugins.rewards.search import EvalRarReward
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
-
-from helpers import ScriptedPolicy
 
 CORPUS = [
     Passage("p1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
@@ -36,7 +36,9 @@ def retriever():
 
 def run(env, tok, calls, examples=(EX,), group_size=1):
     engine = ScriptedPolicy(tok, calls)
-    trajectories = env.rollout(list(examples), engine, group_size, SamplingParams(max_new_tokens=64))
+    trajectories = env.rollout(
+        list(examples), engine, group_size, SamplingParams(max_new_tokens=64)
+    )
     assert not engine.calls, "scripted generations left unused"
     return trajectories, engine
 
@@ -72,7 +74,9 @@ def test_search_information_evaluate_answer(tiny_policy, retriever):
     runs = segments(traj, tok)
     assert [m for _, m in runs] == [1, 0, 1, 0, 1]  # act | info | eval, act | info | eval, answer
     info = runs[1][0]
-    assert info.startswith("\n\n<information>Doc 1(Title: Orbel Mills) Orbel Mills is a paper company")
+    assert info.startswith(
+        "\n\n<information>Doc 1(Title: Orbel Mills) Orbel Mills is a paper company"
+    )
     assert "\nDoc 2(Title: " in info and info.endswith("</information>\n\n")
     assert traj.completion_ids.numel() == traj.loss_mask.numel() == traj.sampling_logprobs.numel()
     assert torch.all(traj.sampling_logprobs[traj.loss_mask == 0] == 0)
@@ -102,8 +106,12 @@ def test_invalid_action_appends_the_message_and_counts_a_turn(tiny_policy, retri
 def test_turn_budget_ends_the_episode(tiny_policy, retriever):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, max_turns=2)
-    calls = [["<search>Orbel</search>"], ["<evaluate>?</evaluate>"],
-             ["<search>Kessa</search>"], ["<evaluate>?</evaluate>"]]  # no third act call
+    calls = [
+        ["<search>Orbel</search>"],
+        ["<evaluate>?</evaluate>"],
+        ["<search>Kessa</search>"],
+        ["<evaluate>?</evaluate>"],
+    ]  # no third act call
     (traj,), _ = run(env, tok, calls)
     assert traj.meta == {"stop_reason": "max_turns", "turns": 2}
     assert not traj.truncated and env.extract_answer(traj) == ""
@@ -130,7 +138,12 @@ def test_batch_generates_together_and_groups_stay_contiguous(tiny_policy, retrie
     # every episode moves on as soon as its segment is back: row 3's invalid action is answered
     # with its next action at once, while row 1 (the one that searched) evaluates first
     calls = [
-        ["<answer>Kessa</answer>", "<search>Kessa region</search>", "<answer>Dorvale</answer>", "hm"],
+        [
+            "<answer>Kessa</answer>",
+            "<search>Kessa region</search>",
+            "<answer>Dorvale</answer>",
+            "hm",
+        ],
         ["<answer>x</answer>"],  # row 3's next action
         ["<evaluate>Kessa is in Dorvale</evaluate>"],  # row 1's evaluation
         ["<answer>Dorvale</answer>"],  # row 1's next action
@@ -162,7 +175,11 @@ def test_search_r1_mode_has_no_evaluation_phase(tiny_policy, retriever):
 def test_evaluate_prefix_is_inserted_and_masked(tiny_policy, retriever):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, evaluate_prefix="<evaluate>")
-    calls = [["<search>Mira Tolvan</search>"], ["born in Kessa</evaluate>"], ["<answer>Lyon</answer>"]]
+    calls = [
+        ["<search>Mira Tolvan</search>"],
+        ["born in Kessa</evaluate>"],
+        ["<answer>Lyon</answer>"],
+    ]
     (traj,), engine = run(env, tok, calls)
     assert engine.log[1][0][0].endswith("</information>\n\n<evaluate>")
     assert traj.steps[1].text == "<evaluate>born in Kessa</evaluate>"
@@ -173,7 +190,9 @@ def test_evaluate_prefix_is_inserted_and_masked(tiny_policy, retriever):
 def test_answer_inside_a_document_is_not_the_policys(tiny_policy, retriever):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, top_k=1, max_turns=1)
-    (traj,), _ = run(env, tok, [["<search>quarry notes</search>"], ["<evaluate>no idea</evaluate>"]])
+    (traj,), _ = run(
+        env, tok, [["<search>quarry notes</search>"], ["<evaluate>no idea</evaluate>"]]
+    )
     assert traj.steps[0].passage_ids == ["p4"] and "<answer>Kessa</answer>" in traj.text
     assert env.extract_answer(traj) == ""
     assert EvalRarReward()([traj]).total.tolist() == [0.0]
@@ -205,10 +224,12 @@ def test_gradient_is_exactly_zero_at_inserted_tokens(tiny_policy, retriever):
     d loss / d logits is exactly zero at every position that predicts an inserted token."""
     model, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, top_k=2, max_turns=2)
-    calls = [["<search>Orbel Mills</search>", "garbage"],
-             ["<answer>Dorvale</answer>"],  # row 1 acts again at once
-             ["<evaluate>founded by Mira Tolvan</evaluate>"],  # row 0 evaluates
-             ["<answer>Kessa</answer>"]]
+    calls = [
+        ["<search>Orbel Mills</search>", "garbage"],
+        ["<answer>Dorvale</answer>"],  # row 1 acts again at once
+        ["<evaluate>founded by Mira Tolvan</evaluate>"],  # row 0 evaluates
+        ["<answer>Kessa</answer>"],
+    ]
     trajectories, _ = run(env, tok, calls, group_size=2)
     rewards = EvalRarReward()(trajectories)
     algorithm = GRPO(beta=0.04, kl_estimator="k3")
@@ -230,7 +251,9 @@ def test_gradient_is_exactly_zero_at_inserted_tokens(tiny_policy, retriever):
     assert torch.all(grad[mask == 0] == 0)
     assert torch.isfinite(logits.grad).all()
     assert torch.all(grad[mask == 1] > 0)
-    assert collate(trajectories)["completion_mask"].sum() == sum(t.num_generated for t in trajectories)
+    assert collate(trajectories)["completion_mask"].sum() == sum(
+        t.num_generated for t in trajectories
+    )
 
 
 def test_default_prompt_follows_the_method(tiny_policy, retriever):
@@ -238,3 +261,62 @@ def test_default_prompt_follows_the_method(tiny_policy, retriever):
 
     assert SearchAgentEnvironment(retriever).prompt_template == EVAL_RAR_PROMPT
     assert SearchAgentEnvironment(retriever, evaluate=False).prompt_template == SEARCH_R1_PROMPT
+
+
+def test_answer_after_max_turns_is_searchr1s_final_generation(tiny_policy, retriever):
+    """Search-R1's released loop (generation.py, "final LLM rollout"): after max_turns turns one
+    more generation, in which an answer counts and a search is not executed. Algorithm 1
+    (the default) ends the episode there: 4 generations, no answer."""
+    _, tok = tiny_policy
+    two_turns = [
+        ["<search>Orbel Mills founder</search>"],
+        ["<evaluate>founded by Mira Tolvan</evaluate>"],
+        ["<search>Mira Tolvan born</search>"],
+        ["<evaluate>born in Kessa</evaluate>"],
+    ]
+    (traj,), engine = run(SearchAgentEnvironment(retriever, max_turns=2), tok, two_turns)
+    assert len(engine.log) == 4 and traj.meta == {"stop_reason": "max_turns", "turns": 2}
+    assert final_answer(traj) is None
+
+    env = SearchAgentEnvironment(retriever, max_turns=2, answer_after_max_turns=True)
+    (traj,), engine = run(env, tok, two_turns + [["<answer>Kessa</answer>"]])
+    assert [s.action for s in traj.steps] == ["search", "evaluate", "search", "evaluate", "answer"]
+    assert traj.meta == {"stop_reason": "answer", "turns": 2}  # the final generation is no turn
+    assert env.extract_answer(traj) == "Kessa"
+    assert engine.log[4][1].stop == ["</search>", "</answer>"]
+    assert engine.log[4][0][0].endswith(
+        "born in Kessa</evaluate>"
+    )  # asked right after the evaluation
+
+    # a search written in the final generation is not executed: no documents, the episode ends
+    (traj,), engine = run(env, tok, two_turns + [["<search>Kessa region</search>"]])
+    assert traj.steps[-1].action == "unanswered" and not traj.steps[-1].passage_ids
+    assert traj.meta == {"stop_reason": "max_turns", "turns": 2}
+    assert "<information>" not in tok.decode(traj.completion_ids).split("Kessa region")[-1]
+    assert env.metrics([traj])["answered"] == pytest.approx(0.0)
+
+
+def test_answer_written_inside_the_evaluation_records_the_evaluation(tiny_policy, retriever):
+    """Row A: search, evaluate, search, then answers inside its 2nd evaluation; row B answers
+    inside its 1st. Evaluation steps: A 2, B 1; mean evaluations = (2 + 1) / 2 = 1.5 (before
+    the fix the answer replaced the evaluation step: (1 + 0) / 2 = 0.5)."""
+    _, tok = tiny_policy
+    env = SearchAgentEnvironment(retriever, max_turns=3, evaluate_prefix="<evaluate>")
+    calls = [
+        ["<search>Orbel Mills founder</search>", "<search>Mira Tolvan born</search>"],
+        ["founded by Mira Tolvan</evaluate>", "Doc 1: born in Kessa. <answer>Kessa</answer>"],
+        ["<search>Mira Tolvan born</search>"],  # row A's next action (row B is done)
+        ["Doc 1 says Kessa. <answer>Kessa</answer>"],  # row A's 2nd evaluation
+    ]
+    (a, b), _ = run(env, tok, calls, group_size=2)
+    assert [s.action for s in a.steps] == ["search", "evaluate", "search", "evaluate", "answer"]
+    assert [s.action for s in b.steps] == ["search", "evaluate", "answer"]
+    # the evaluation is the text before the answer's opening tag, the prefix included
+    assert (
+        b.steps[1].text == "<evaluate>Doc 1: born in Kessa. "
+        and b.steps[2].text == "<answer>Kessa</answer>"
+    )
+    assert a.meta["stop_reason"] == b.meta["stop_reason"] == "answer"
+    assert env.extract_answer(a) == env.extract_answer(b) == "Kessa"
+    assert env.metrics([a, b])["evaluations"] == pytest.approx(1.5)
+    assert env.metrics([a, b])["valid_searches"] == pytest.approx(1.5)  # (2 + 1) / 2

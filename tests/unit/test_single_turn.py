@@ -8,9 +8,13 @@ from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage
 
 EX = Example(
-    id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"],
-    references=[Passage("a", "Orbel Mills", "Orbel Mills was founded by Mira Tolvan."),
-                Passage("b", "Mira Tolvan", "Mira Tolvan was born in Kessa.")],
+    id="q1",
+    question="Where was the founder of Orbel Mills born?",
+    answers=["Kessa"],
+    references=[
+        Passage("a", "Orbel Mills", "Orbel Mills was founded by Mira Tolvan."),
+        Passage("b", "Mira Tolvan", "Mira Tolvan was born in Kessa."),
+    ],
     gold_ids=["a", "b"],
 )
 
@@ -27,18 +31,48 @@ class ScriptedEngine(RolloutEngine):
         for text in self.texts[: len(prompts)]:
             ids = torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             out.append(Generation(ids, torch.full(ids.shape, -0.5), text, finished=True))
-        self.texts = self.texts[len(prompts):]
+        self.texts = self.texts[len(prompts) :]
         return out
 
 
-def test_prompt_is_table_1_through_chat_template(tiny_policy):
+TABLE_1_USER = (
+    "<question>Where was the founder of Orbel Mills born?</question>\n"
+    # references numbered from 1, in their original order
+    "<references>1. Orbel Mills: Orbel Mills was founded by Mira Tolvan.\n"
+    "2. Mira Tolvan: Mira Tolvan was born in Kessa.</references>"
+)
+
+
+def test_prompt_is_table_1_as_one_user_message(tiny_policy):
+    # ARENA's released data maker: [{"role": "user", "content": <all of Table 1>}]
     _, tok = tiny_policy
     text = SingleTurnEnvironment().build_prompt(EX, tok)
-    assert text.startswith("<|im_start|>system\n" + ARENA_SYSTEM_PROMPT)
-    assert "<question>Where was the founder of Orbel Mills born?</question>" in text
-    # references numbered from 1, in their original order
-    assert "<references>1. Orbel Mills: Orbel Mills was founded by Mira Tolvan.\n2. Mira Tolvan:" in text
+    message = ARENA_SYSTEM_PROMPT + "\nUser:\n" + TABLE_1_USER
+    expected = tok.apply_chat_template(
+        [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
+    )
+    assert text == expected
+    assert "<|im_start|>user\nA conversation between User and Assistant." in text
+    assert "<|im_start|>system\n" + ARENA_SYSTEM_PROMPT not in text
     assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_system_user_layout_keeps_the_split(tiny_policy):
+    _, tok = tiny_policy
+    text = SingleTurnEnvironment(prompt_layout="system_user").build_prompt(EX, tok)
+    assert text.startswith("<|im_start|>system\n" + ARENA_SYSTEM_PROMPT)
+    assert "<|im_start|>user\n" + TABLE_1_USER + "<|im_end|>" in text
+    assert "User:" not in text.split("<|im_start|>user")[1]  # no header in the split layout
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_example_output_goes_before_the_user_header(tiny_policy):
+    _, tok = tiny_policy
+    text = SingleTurnEnvironment(example_output="<answer>x</answer>").build_prompt(EX, tok)
+    assert (
+        ARENA_SYSTEM_PROMPT + "\nExample of a response:\n<answer>x</answer>\nUser:\n<question>"
+        in text
+    )
 
 
 def test_rollout_groups_and_prefix(tiny_policy):
@@ -56,7 +90,9 @@ def test_rollout_groups_and_prefix(tiny_policy):
 def test_extract_answer(tiny_policy):
     env = SingleTurnEnvironment()
     _, tok = tiny_policy
-    engine = ScriptedEngine(tok, ["<relevance>[2]</relevance><analysis>a</analysis><answer> Kessa </answer>"])
+    engine = ScriptedEngine(
+        tok, ["<relevance>[2]</relevance><analysis>a</analysis><answer> Kessa </answer>"]
+    )
     (t,) = env.rollout([EX], engine, 1, SamplingParams())
     assert env.extract_answer(t) == "Kessa"
     t.text = "no tags at all"
@@ -65,10 +101,23 @@ def test_extract_answer(tiny_policy):
 
 def test_plain_text_prompt_for_base_models(tiny_policy):
     _, tok = tiny_policy
-    text = SingleTurnEnvironment(use_chat_template=False, assistant_prefix="<relevance>").build_prompt(EX, tok)
-    assert text.endswith("\nAssistant: <relevance>") and "<|im_start|>" not in text
+    text = SingleTurnEnvironment(
+        use_chat_template=False, assistant_prefix="<relevance>"
+    ).build_prompt(EX, tok)
+    assert text == ARENA_SYSTEM_PROMPT + "\nUser:\n" + TABLE_1_USER + "\nAssistant: <relevance>"
+    split = SingleTurnEnvironment(
+        use_chat_template=False, prompt_layout="system_user"
+    ).build_prompt(EX, tok)
+    assert split == ARENA_SYSTEM_PROMPT + "\n\nUser: " + TABLE_1_USER + "\nAssistant: "
 
 
 def test_template_without_fields_is_rejected():
     with pytest.raises(ValueError, match="user_template must contain \\{references\\}"):
         SingleTurnEnvironment(user_template="{question}")
+
+
+def test_unknown_layout_is_rejected():
+    with pytest.raises(
+        ValueError, match="prompt_layout 'system' is not known; allowed: one_message, system_user"
+    ):
+        SingleTurnEnvironment(prompt_layout="system")

@@ -19,10 +19,15 @@ and the pruned tree, with the gold documents found so far as its evidence, is a 
 for the next iteration (``data.forest: true`` with the ``ProgressiveForest`` callback).
 
 Validation (:meth:`validation_rollout`) is inference: each question's tree is expanded until
-"stop retrieval" or ``max_iterations`` expansions, with every retrieved document kept as
-evidence, then a reader answers from the retrieved documents; the trajectories carry the
-ranked retrieved ids (Recall, Full-Recall, K, mAP: Table 1) and the seconds spent retrieving
-and generating (Table 4).
+"stop retrieval" or ``max_iterations`` expansions, then a reader answers from the retrieved
+documents; the trajectories carry the ranked retrieved ids (Recall, Full-Recall, K, mAP:
+Table 1) and the seconds spent retrieving and generating (Table 4). At each expansion only the
+top-``t`` of the ``x`` branches the model wrote are retrieved and kept (Section 2.2, Remark 2.3:
+the "top-t/x constraint" keeps the top-t candidates "for further expansion"; Appendix C.2
+evaluates ``t = M`` and ``t = M/2``, ``M`` the dataset's maximum hops; Table 1's rows are
+Table A.6's ``t = M/2`` ones): ``val_top_t``. The order the model wrote its queries in is
+the ranking (the reward's AP trains it to put accurate branches first). ``val_predicted_queries:
+false`` is R2AG_base (Table 1, Section 3.2, D.2): only base queries retrieve.
 
 Where the paper is silent, what we do:
 
@@ -33,6 +38,9 @@ Where the paper is silent, what we do:
 - At most ``max_queries`` base and ``max_queries`` predicted queries per expansion.
 - Pruned contexts are deduplicated per question by their set of gold documents (two samples
   that found the same gold give the same context).
+- Inference's ``t`` applies to base and to predicted queries each (C.2 gives one ``t``; the
+  reward's AP has one per kind, B.2). ``t`` depends on the dataset, so ``val_top_t`` has no
+  paper default: None keeps every branch (no selection), ``recipes/r2ag.yaml`` sets ``t = M/2``.
 """
 
 from __future__ import annotations
@@ -57,20 +65,20 @@ R2AG_PROMPT = (
     "Steps:\n"
     "1. Base Questions (<base-Q>):\n"
     "- Decompose the current-hop question directly from user question, taking the evidences for "
-    "reference (if the user question is \"A → B → C\", and evidences cover \"A\", then decompose "
-    "into \"B\". Note do not repeat questions already answered by the provided evidences).\n"
+    'reference (if the user question is "A → B → C", and evidences cover "A", then decompose '
+    'into "B". Note do not repeat questions already answered by the provided evidences).\n'
     "- Each must target a single fact (WHO/WHEN/WHERE/etc.)\n"
-    "- If evidences already answer the user question, respond with \"stop retrieval\" as the base "
+    '- If evidences already answer the user question, respond with "stop retrieval" as the base '
     "question.\n\n"
     "2. Predicted Questions (<predicted-Q>):\n"
     "- Forecast next-hop questions based on the base questions only if you have knowledge to any "
     "base questions\n"
     "- If you have no knowledge to predict further questions, or evidences already answers the "
-    "user question, respond with \"none\" as the predicted question.\n\n"
+    'user question, respond with "none" as the predicted question.\n\n'
     "Keep your thinking process useful and brief.\n\n"
     "Wrap reasoning process inside: <think></think>.\n"
-    "Wrap each of the base questions (or \"stop retrieval\") inside: <base-Q></base-Q>.\n"
-    "Wrap each of the predicted question (or \"none\") inside: <predicted-Q></predicted-Q>"
+    'Wrap each of the base questions (or "stop retrieval") inside: <base-Q></base-Q>.\n'
+    'Wrap each of the predicted question (or "none") inside: <predicted-Q></predicted-Q>'
 )
 
 USER_TEMPLATE = "Question: {question}\nEvidences:\n{evidences}"
@@ -124,6 +132,23 @@ def parse_expansion(text: str, max_queries: int = 8) -> Expansion:
     return out
 
 
+def select_branches(
+    expansion: Expansion, top_t: int | None, predicted: bool = True
+) -> tuple[list[str], list[str]]:
+    """Inference's top-t/x selection (Remark 2.3, Appendix C.2): the first ``top_t`` base and the
+    first ``top_t`` predicted queries, in the order written (None: all); no predicted queries when
+    ``predicted`` is False (R2AG_base).
+
+    Example:
+        >>> e = Expansion(base=["b1", "b2", "b3"], predicted=["p1", "p2"])
+        >>> select_branches(e, 2), select_branches(e, 2, predicted=False), select_branches(e, None)
+        ((['b1', 'b2'], ['p1', 'p2']), (['b1', 'b2'], []), (['b1', 'b2', 'b3'], ['p1', 'p2']))
+    """
+    base = expansion.base if top_t is None else expansion.base[:top_t]
+    kept = expansion.predicted if top_t is None else expansion.predicted[:top_t]
+    return list(base), (list(kept) if predicted else [])
+
+
 def tree_state(example: Example) -> dict:
     """The RRT context of an example: ``depth``, ``retrieved`` ids and ``tree`` vertices.
 
@@ -142,6 +167,11 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         retriever: The search engine (any registered retriever with its index).
         top_k: Documents per query in training (the paper: 1).
         val_top_k: Documents per query in inference (the paper evaluates 1 and 2).
+        val_top_t: Inference's top-t/x: base (and predicted) branches kept per expansion, the
+            first ``t`` written (C.2: ``t = M`` or ``M/2``, ``M`` the dataset's maximum hops);
+            None keeps every branch.
+        val_predicted_queries: Retrieve with predicted queries in inference; False is the
+            R2AG_base variant (base queries only, Table 1).
         max_iterations: L_MAX-I, expansions per tree (the paper: 5).
         max_queries: Most base (and most predicted) queries read from one output.
         prompt: The instruction (Appendix G.1), sent as the system message.
@@ -162,6 +192,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         retriever: Retriever,
         top_k: int = 1,
         val_top_k: int = 1,
+        val_top_t: int | None = None,
+        val_predicted_queries: bool = True,
         max_iterations: int = 5,
         max_queries: int = 8,
         prompt: str = R2AG_PROMPT,
@@ -173,19 +205,36 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         assistant_prefix: str = "",
         example: str = "",
     ) -> None:
-        for name, value in (("top_k", top_k), ("val_top_k", val_top_k), ("max_iterations", max_iterations),
-                            ("max_queries", max_queries)):
+        for name, value in (
+            ("top_k", top_k),
+            ("val_top_k", val_top_k),
+            ("max_iterations", max_iterations),
+            ("max_queries", max_queries),
+        ):
             if value < 1:
                 raise ValueError(f"environment {name} must be >= 1, got {value}")
+        if val_top_t is not None and val_top_t < 1:
+            raise ValueError(
+                f"environment val_top_t must be >= 1 or null (keep every branch), got {val_top_t}"
+            )
         missing = [f for f in ("{question}", "{evidences}") if f not in user_template]
         if missing:
-            raise ValueError(f"environment user_template must contain {', '.join(missing)}: {user_template!r}")
+            raise ValueError(
+                f"environment user_template must contain {', '.join(missing)}: {user_template!r}"
+            )
         if reader_prompt and not all(f in reader_prompt for f in ("{documents}", "{question}")):
-            raise ValueError(f"environment reader_prompt must contain {{documents}} and {{question}}: {reader_prompt!r}")
+            raise ValueError(
+                f"environment reader_prompt must contain {{documents}} and {{question}}: {reader_prompt!r}"
+            )
         self.retriever = retriever
         self.top_k, self.val_top_k = top_k, val_top_k
+        self.val_top_t, self.val_predicted_queries = val_top_t, val_predicted_queries
         self.max_iterations, self.max_queries = max_iterations, max_queries
-        self.prompt, self.user_template, self.evidence_template = prompt, user_template, evidence_template
+        self.prompt, self.user_template, self.evidence_template = (
+            prompt,
+            user_template,
+            evidence_template,
+        )
         self.use_chat_template = use_chat_template
         self.reader_prompt, self.reader_max_new_tokens = reader_prompt, reader_max_new_tokens
         self.assistant_prefix = assistant_prefix
@@ -202,15 +251,20 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         if not passages:
             return NO_EVIDENCE
         return "\n".join(
-            self.evidence_template.format(index=i + 1, title=p.title, text=p.text) for i, p in enumerate(passages)
+            self.evidence_template.format(index=i + 1, title=p.title, text=p.text)
+            for i, p in enumerate(passages)
         )
 
-    def build_prompt(self, example: Example, tokenizer, evidence: list[Passage] | None = None) -> str:
+    def build_prompt(
+        self, example: Example, tokenizer, evidence: list[Passage] | None = None
+    ) -> str:
         """G.1 prompt with the question and the evidence (the example's references by default)."""
         passages = example.references if evidence is None else evidence
         if tree_state(example)["depth"] == 0 and evidence is None:
             passages = []  # a root has no evidence (dataset references are not retrieval)
-        user = self.user_template.format(question=example.question, evidences=self.format_evidence(passages))
+        user = self.user_template.format(
+            question=example.question, evidences=self.format_evidence(passages)
+        )
         system = f"{self.prompt}\n\nExample:\n{self.example}" if self.example else self.prompt
         return self._chat(tokenizer, system, user) + self.assistant_prefix
 
@@ -225,29 +279,51 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         tok = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
         prompt_ids = encode_prompts(tok, prompt_texts)
-        generations = engine.generate([ids for ids in prompt_ids for _ in range(group_size)], params)
-        parsed = [parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations]
+        generations = engine.generate(
+            [ids for ids in prompt_ids for _ in range(group_size)], params
+        )
+        parsed = [
+            parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations
+        ]
         hits = self._search([p.base + p.predicted for p in parsed], self.top_k)
         trajectories = []
         for i, (gen, exp, found) in enumerate(zip(generations, parsed, hits)):
             group = i // group_size
             example = examples[group]
             state = tree_state(example)
-            steps = [Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs])
-                     for kind, q, hs in zip(["base"] * len(exp.base) + ["predicted"] * len(exp.predicted),
-                                            exp.base + exp.predicted, found)]
+            steps = [
+                Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs])
+                for kind, q, hs in zip(
+                    ["base"] * len(exp.base) + ["predicted"] * len(exp.predicted),
+                    exp.base + exp.predicted,
+                    found,
+                )
+            ]
             if exp.stop:
                 steps.append(Step(action="stop"))
             passages = {h.passage.id: h.passage for hs in found for h in hs}
-            trajectories.append(Trajectory(
-                example=example, group=group,
-                prompt_ids=torch.tensor(prompt_ids[group], dtype=torch.long),
-                completion_ids=gen.token_ids, loss_mask=torch.ones_like(gen.token_ids),
-                sampling_logprobs=gen.logprobs, text=self.assistant_prefix + gen.text, steps=steps,
-                truncated=not gen.finished, prompt_text=prompt_texts[group],
-                meta={"depth": state["depth"], "prior": list(state["retrieved"]), "think": exp.think,
-                      "stop": exp.stop, "segments": exp.segments, "passages": passages},
-            ))
+            trajectories.append(
+                Trajectory(
+                    example=example,
+                    group=group,
+                    prompt_ids=torch.tensor(prompt_ids[group], dtype=torch.long),
+                    completion_ids=gen.token_ids,
+                    loss_mask=torch.ones_like(gen.token_ids),
+                    sampling_logprobs=gen.logprobs,
+                    text=self.assistant_prefix + gen.text,
+                    steps=steps,
+                    truncated=not gen.finished,
+                    prompt_text=prompt_texts[group],
+                    meta={
+                        "depth": state["depth"],
+                        "prior": list(state["retrieved"]),
+                        "think": exp.think,
+                        "stop": exp.stop,
+                        "segments": exp.segments,
+                        "passages": passages,
+                    },
+                )
+            )
         return trajectories
 
     def _search(self, queries_per_row: list[list[str]], k: int) -> list[list[list]]:
@@ -282,27 +358,39 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             passages.update({p.id: p for p in t.example.references})
             # bottom-up pruning: keep only vertices whose retrieval brought gold
             tree = list(state["tree"]) + [
-                {"query": s.query, "kind": s.action, "passage_ids": [p for p in s.passage_ids if p in gold],
-                 "depth": depth}
-                for s in t.steps if s.action in ("base", "predicted") and any(p in gold for p in s.passage_ids)
+                {
+                    "query": s.query,
+                    "kind": s.action,
+                    "passage_ids": [p for p in s.passage_ids if p in gold],
+                    "depth": depth,
+                }
+                for s in t.steps
+                if s.action in ("base", "predicted") and any(p in gold for p in s.passage_ids)
             ]
             out[key] = Example(
-                id=t.example.id, question=t.example.question, answers=list(t.example.answers),
+                id=t.example.id,
+                question=t.example.question,
+                answers=list(t.example.answers),
                 references=[passages[pid] for pid in found if pid in passages],
                 gold_ids=list(t.example.gold_ids),
-                meta={**{k: v for k, v in t.example.meta.items() if k != "r2ag"},
-                      "r2ag": {"depth": depth, "retrieved": found, "tree": tree}},
+                meta={
+                    **{k: v for k, v in t.example.meta.items() if k != "r2ag"},
+                    "r2ag": {"depth": depth, "retrieved": found, "tree": tree},
+                },
             )
         return list(out.values())
 
     # ---- inference: whole trees, then the reader -------------------------------------------
-    def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
-        """Expand each question's tree to the end, then answer from what it retrieved."""
+    def validation_rollout(
+        self, examples: list[Example], engine: RolloutEngine, params: SamplingParams
+    ) -> list[Trajectory]:
+        """Expand each question's tree to the end (top-t/x branches per expansion), then answer
+        from what it retrieved."""
         tok = engine.tokenizer
         n = len(examples)
         evidence: list[dict[str, Passage]] = [{} for _ in range(n)]  # insertion order = rank
         steps: list[list[Step]] = [[] for _ in range(n)]
-        iterations = [0] * n
+        iterations, dropped = [0] * n, [0] * n
         live = list(range(n))
         retrieval_s = 0.0
         texts = [""] * n
@@ -310,23 +398,36 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             if not live:
                 break
             started = time.perf_counter()
-            prompts = [tok(self.build_prompt(examples[i], tok, list(evidence[i].values())),
-                           add_special_tokens=False)["input_ids"] for i in live]
+            prompts = [
+                tok(
+                    self.build_prompt(examples[i], tok, list(evidence[i].values())),
+                    add_special_tokens=False,
+                )["input_ids"]
+                for i in live
+            ]
             generations = engine.generate(prompts, params)
-            parsed = [parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations]
-            hits = self._search([p.base + p.predicted for p in parsed], self.val_top_k)
+            parsed = [
+                parse_expansion(self.assistant_prefix + g.text, self.max_queries)
+                for g in generations
+            ]
+            kept = [select_branches(p, self.val_top_t, self.val_predicted_queries) for p in parsed]
+            hits = self._search([b + p for b, p in kept], self.val_top_k)
             still = []
-            for i, gen, exp, found in zip(live, generations, parsed, hits):
+            for i, gen, exp, (base, predicted), found in zip(live, generations, parsed, kept, hits):
                 iterations[i] += 1
+                dropped[i] += len(exp.base) + len(exp.predicted) - len(base) - len(predicted)
                 texts[i] += self.assistant_prefix + gen.text + "\n"
-                for kind, q, hs in zip(["base"] * len(exp.base) + ["predicted"] * len(exp.predicted),
-                                       exp.base + exp.predicted, found):
-                    steps[i].append(Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs]))
+                for kind, q, hs in zip(
+                    ["base"] * len(base) + ["predicted"] * len(predicted), base + predicted, found
+                ):
+                    steps[i].append(
+                        Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs])
+                    )
                     for h in hs:
                         evidence[i].setdefault(h.passage.id, h.passage)
                 if exp.stop:
                     steps[i].append(Step(action="stop"))
-                elif exp.base or exp.predicted:
+                elif base or predicted:
                     still.append(i)
             live = still
             retrieval_s += time.perf_counter() - started
@@ -336,14 +437,32 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         out = []
         for i, ex in enumerate(examples):
             ids, lp, text, finished = answers[i]
-            out.append(Trajectory(
-                example=ex, group=i, prompt_ids=torch.zeros(0, dtype=torch.long), completion_ids=ids,
-                loss_mask=torch.ones_like(ids), sampling_logprobs=lp, text=text, steps=steps[i],
-                truncated=not finished, prompt_text=texts[i],
-                meta={"depth": 0, "prior": [], "ranked": list(evidence[i]), "iterations": iterations[i],
-                      "retrieval_s": retrieval_s / n, "generation_s": generation_s / n,
-                      "stop": any(s.action == "stop" for s in steps[i]), "think": True, "segments": 0},
-            ))
+            out.append(
+                Trajectory(
+                    example=ex,
+                    group=i,
+                    prompt_ids=torch.zeros(0, dtype=torch.long),
+                    completion_ids=ids,
+                    loss_mask=torch.ones_like(ids),
+                    sampling_logprobs=lp,
+                    text=text,
+                    steps=steps[i],
+                    truncated=not finished,
+                    prompt_text=texts[i],
+                    meta={
+                        "depth": 0,
+                        "prior": [],
+                        "ranked": list(evidence[i]),
+                        "iterations": iterations[i],
+                        "dropped_branches": dropped[i],
+                        "retrieval_s": retrieval_s / n,
+                        "generation_s": generation_s / n,
+                        "stop": any(s.action == "stop" for s in steps[i]),
+                        "think": True,
+                        "segments": 0,
+                    },
+                )
+            )
         return out
 
     def _read(self, examples: list[Example], documents: list[list[Passage]], engine: RolloutEngine):
@@ -353,19 +472,33 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         tok = engine.tokenizer
         prompts = []
         for ex, docs in zip(examples, documents):
-            listing = "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(docs)) or NO_EVIDENCE
-            prompts.append(tok(self._chat(tok, "", self.reader_prompt.format(documents=listing, question=ex.question)),
-                               add_special_tokens=False)["input_ids"])
-        params = SamplingParams(max_new_tokens=self.reader_max_new_tokens, temperature=0.0, stop=["</answer>"])
-        return [(g.token_ids, g.logprobs, g.text, g.finished) for g in engine.generate(prompts, params)]
+            listing = (
+                "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(docs))
+                or NO_EVIDENCE
+            )
+            prompts.append(
+                tok(
+                    self._chat(
+                        tok, "", self.reader_prompt.format(documents=listing, question=ex.question)
+                    ),
+                    add_special_tokens=False,
+                )["input_ids"]
+            )
+        params = SamplingParams(
+            max_new_tokens=self.reader_max_new_tokens, temperature=0.0, stop=["</answer>"]
+        )
+        return [
+            (g.token_ids, g.logprobs, g.text, g.finished) for g in engine.generate(prompts, params)
+        ]
 
     def extract_answer(self, trajectory: Trajectory) -> str:
         answer = extract_tag(trajectory.text, "answer")
         return answer if answer is not None else trajectory.text.strip()
 
     def metrics(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
-        """Training: queries, stop rate, format. Inference: Recall, Full-Recall, K, mAP,
-        iterations and seconds per query (Tables 1 and 4)."""
+        """Training: queries, stop rate, format. Inference: Recall, Full-Recall, K (``avg_k``),
+        mAP, iterations and seconds per query (Tables 1 and 4), and the branches the top-t/x
+        selection dropped per query."""
         from lit_rag.metrics.retrieval import average_precision
 
         if not trajectories:
@@ -382,12 +515,15 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
                 "avg_k": mean(len(r) for r, _ in rows),
                 "map": mean(average_precision(r, g) for r, g in rows),
                 "iterations": mean(t.meta["iterations"] for t in trajectories),
+                "dropped_branches": mean(t.meta.get("dropped_branches", 0) for t in trajectories),
                 "retrieval_s_per_query": mean(t.meta["retrieval_s"] for t in trajectories),
                 "generation_s_per_query": mean(t.meta["generation_s"] for t in trajectories),
             }
         return {
             "base_queries": mean(sum(s.action == "base" for s in t.steps) for t in trajectories),
-            "predicted_queries": mean(sum(s.action == "predicted" for s in t.steps) for t in trajectories),
+            "predicted_queries": mean(
+                sum(s.action == "predicted" for s in t.steps) for t in trajectories
+            ),
             "stop_rate": mean(bool(t.meta.get("stop")) for t in trajectories),
             "think_rate": mean(bool(t.meta.get("think")) for t in trajectories),
             "depth": mean(t.meta.get("depth", 0) for t in trajectories),

@@ -11,6 +11,13 @@ batch generating together:
 4. anything else appends "My action is wrong. Let me try again." (line 22);
 5. every act counts one turn; at ``max_turns`` turns the episode ends (line 3).
 
+After the last turn (``answer_after_max_turns``): Algorithm 1 returns the response once N steps
+are spent (lines 3, 26), so an episode that used all its turns has no answer. Search-R1's
+released loop (``search_r1/llm_agent/generation.py``, ``run_llm_loop``: "final LLM rollout"),
+whose N = 4 the recipes take, asks every episode still going after ``max_turns`` turns for one
+more generation whose search is not executed (``do_search=False``): an answer there counts.
+Off by default (Algorithm 1); ``recipes/search_r1.yaml`` turns it on, as Search-R1's code ran.
+
 Search-R1 (Jin et al., 2025), the paper's Table 2 baseline, is the same loop with
 ``evaluate=False``. Text the environment inserts (documents, the invalid-action message, the
 optional ``evaluate_prefix``) goes into ``completion_ids`` with ``loss_mask`` 0: Section 4.2.4
@@ -21,7 +28,9 @@ Where the paper is silent, what we do:
 - Stops: the act phase stops on ``</search>`` / ``</answer>`` / EOS (the issue text; Algorithm
   1 line 8 names the opening tags, which cannot end a query). The evaluate phase stops on
   ``</evaluate>``, ``</answer>`` or EOS; a complete answer written there ends the episode, a
-  search written there is not executed.
+  search written there is not executed. An answer written there still records the evaluation
+  (lines 17-18: every search is followed by an evaluation step): an ``evaluate`` step with the
+  text before the answer's opening tag, then the ``answer`` step.
 - A search with an empty query is an invalid action (nothing to retrieve).
 - A generation that hits ``max_new_tokens`` (per segment) without an action is an invalid
   action; hitting ``max_response_tokens`` (the whole completion, inserted tokens included)
@@ -79,7 +88,8 @@ INVALID_ACTION_MESSAGE = "\nMy action is wrong. Let me try again.\n"
 DOCUMENT_TEMPLATE = "Doc {index}(Title: {title}) {text}"
 
 #: ``Step.action`` values this environment records.
-ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated")
+#: ``unanswered``: the answer-only generation after the last turn wrote no complete answer.
+ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated", "unanswered")
 
 
 @dataclass
@@ -93,6 +103,7 @@ class _Episode:
     pieces: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     turns: int = 0
+    final: bool = False  # the answer-only generation after the last turn was asked for
     done: bool = False
     truncated: bool = False
     stop_reason: str = ""
@@ -140,6 +151,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         document_template: One document, with ``{index}`` (from 1), ``{title}``, ``{text}``.
         invalid_action_message: Appended after an invalid action (Algorithm 1, line 22).
         answer_tag: Tag whose content is the final answer.
+        answer_after_max_turns: After ``max_turns`` turns, one more generation in which a
+            complete answer counts and a search is not executed (Search-R1's released loop);
+            False ends the episode there (Algorithm 1). See the module docstring.
     """
 
     def __init__(
@@ -157,14 +171,23 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         document_template: str = DOCUMENT_TEMPLATE,
         invalid_action_message: str = INVALID_ACTION_MESSAGE,
         answer_tag: str = "answer",
+        answer_after_max_turns: bool = False,
     ) -> None:
         if prompt_template is None:
             prompt_template = EVAL_RAR_PROMPT if evaluate else SEARCH_R1_PROMPT
         if "{question}" not in prompt_template:
-            raise ValueError(f"environment prompt_template must contain {{question}}: {prompt_template!r}")
+            raise ValueError(
+                f"environment prompt_template must contain {{question}}: {prompt_template!r}"
+            )
         if "{text}" not in document_template:
-            raise ValueError(f"environment document_template must contain {{text}}: {document_template!r}")
-        for name, value in (("top_k", top_k), ("max_turns", max_turns), ("max_response_tokens", max_response_tokens)):
+            raise ValueError(
+                f"environment document_template must contain {{text}}: {document_template!r}"
+            )
+        for name, value in (
+            ("top_k", top_k),
+            ("max_turns", max_turns),
+            ("max_response_tokens", max_response_tokens),
+        ):
             if value < 1:
                 raise ValueError(f"environment {name} must be >= 1, got {value}")
         self.retriever = retriever
@@ -180,6 +203,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         self.document_template = document_template
         self.invalid_action_message = invalid_action_message
         self.answer_tag = answer_tag
+        self.answer_after_max_turns = answer_after_max_turns
 
     # ---- prompt ----------------------------------------------------------------------------
     def build_prompt(self, example: Example, tokenizer) -> str:
@@ -196,7 +220,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
                 ids = tokenizer(text, add_special_tokens=False)["input_ids"]
                 if len(ids) > self.max_document_tokens:
                     text = tokenizer.decode(ids[: self.max_document_tokens])
-            docs.append(self.document_template.format(index=i + 1, title=hit.passage.title, text=text))
+            docs.append(
+                self.document_template.format(index=i + 1, title=hit.passage.title, text=text)
+            )
         return "\n\n<information>" + "\n".join(docs) + "</information>\n\n"
 
     # ---- rollout (Algorithm 1) -------------------------------------------------------------
@@ -217,7 +243,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         tok = engine.tokenizer
         prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
         prompt_ids = encode_prompts(tok, prompt_texts)
-        episodes = [_Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)]
+        episodes = [
+            _Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)
+        ]
         run = _Run(engine, params, _Encoder(tok))
         for e in episodes:
             self._act(run, e)
@@ -229,20 +257,39 @@ class SearchAgentEnvironment(RetrievalEnvironment):
                     continue
                 if phase == "evaluate":  # lines 17-18
                     self._evaluated(run, e, gen)
+                elif phase == "final":
+                    self._answered_last(e, gen)
                 elif (query := self._acted(run, e, gen)) is not None:
                     searching.append((e, query))
             if searching:  # lines 14-16: one batched call for the queries that came back
                 results = self.retriever.search([q for _, q in searching], self.top_k)
                 for (e, _), hits in zip(searching, results):
                     self._retrieved(run, e, hits)
-        return [self._trajectory(e, examples, i // group_size, prompt_texts) for i, e in enumerate(episodes)]
+        return [
+            self._trajectory(e, examples, i // group_size, prompt_texts)
+            for i, e in enumerate(episodes)
+        ]
 
     def _act(self, run: _Run, e: _Episode) -> None:
-        """Ask for the next action (lines 3-4), unless the turn budget is spent."""
-        if e.turns >= self.max_turns:
+        """Ask for the next action (lines 3-4), unless the turn budget is spent; then, with
+        ``answer_after_max_turns``, for the one answer-only generation (Search-R1)."""
+        if e.turns < self.max_turns:
+            self._submit(run, e, "act", ["</search>", "</answer>"])
+        elif self.answer_after_max_turns and not e.final:
+            e.final = True
+            self._submit(run, e, "final", ["</search>", "</answer>"])
+        else:
             e.end("max_turns")
+
+    def _answered_last(self, e: _Episode, gen: Generation) -> None:
+        """The generation after the last turn: an answer counts, nothing else is executed."""
+        text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
+        if _last_action(text, ("search", "answer")) == "answer":
+            e.steps.append(Step(action="answer", text=text))
+            e.end("answer")
             return
-        self._submit(run, e, "act", ["</search>", "</answer>"])
+        e.steps.append(Step(action="unanswered", text=text))
+        e.end("max_turns")
 
     def _acted(self, run: _Run, e: _Episode, gen: Generation) -> str | None:
         """An action came back (lines 5-12, 22-24); the query when it is a search."""
@@ -281,11 +328,16 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         self._submit(run, e, "evaluate", ["</evaluate>", "</answer>"])
 
     def _evaluated(self, run: _Run, e: _Episode, gen: Generation) -> None:
-        if _last_action(gen.text, ("evaluate", "answer")) == "answer":
-            e.steps.append(Step(action="answer", text=gen.text))
+        """The evaluation came back (lines 17-18); an answer written in it ends the episode,
+        after the evaluation it closes (the text before the answer's opening tag)."""
+        text = self.evaluate_prefix + gen.text
+        if _last_action(text, ("evaluate", "answer")) == "answer":
+            cut = text.rfind("<answer>", 0, text.rfind("</answer>"))
+            e.steps.append(Step(action="evaluate", text=text[:cut]))
+            e.steps.append(Step(action="answer", text=text[cut:]))
             e.end("answer")
             return
-        e.steps.append(Step(action="evaluate", text=self.evaluate_prefix + gen.text))
+        e.steps.append(Step(action="evaluate", text=text))
         self._act(run, e)
 
     def _submit(self, run: _Run, e: _Episode, phase: str, stops: list[str]) -> None:
@@ -295,8 +347,11 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             e.end("max_response_tokens", truncated=True)
             return
         segment = SamplingParams(
-            max_new_tokens=min(run.params.max_new_tokens, left), temperature=run.params.temperature,
-            top_p=run.params.top_p, top_k=run.params.top_k, stop=stops,
+            max_new_tokens=min(run.params.max_new_tokens, left),
+            temperature=run.params.temperature,
+            top_p=run.params.top_p,
+            top_k=run.params.top_k,
+            stop=stops,
         )
         run.waiting[run.engine.submit(e.prompt_ids + e.ids, segment)] = (e, phase)
 
@@ -318,7 +373,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             return
         e.add(ids, text)
 
-    def _trajectory(self, e: _Episode, examples: list[Example], group: int, prompts: list[str]) -> Trajectory:
+    def _trajectory(
+        self, e: _Episode, examples: list[Example], group: int, prompts: list[str]
+    ) -> Trajectory:
         if not e.done:
             e.end("max_turns")
         ids = torch.tensor(e.ids, dtype=torch.long)
@@ -350,9 +407,11 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         def mean(values) -> torch.Tensor:
             return torch.tensor([float(v) for v in values]).mean()
 
-        count = lambda t, action: sum(1 for s in t.steps if s.action == action)  # noqa: E731
+        count = lambda t, action: sum(1 for s in t.steps if s.action == action)
         return {
-            "turns": mean(t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories),
+            "turns": mean(
+                t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories
+            ),
             "valid_searches": mean(count(t, "search") for t in trajectories),
             "evaluations": mean(count(t, "evaluate") for t in trajectories),
             "invalid_actions": mean(count(t, "invalid") for t in trajectories),

@@ -1,13 +1,23 @@
 """Single-turn environment: question + given references in the prompt, one completion.
 
-ARENA (Section 3.1, Table 1): the system part of the prompt fixes the three-section output
-(<relevance>, <analysis>, <answer>); the user part carries the question and the references
-numbered from 1 in their original order (Appendix B). We send it through the model's chat
-template (system + user messages), as Open-R1, ARENA's framework, does for instruct models.
+ARENA (Section 3.1, Table 1): an instruction fixes the three-section output (<relevance>,
+<analysis>, <answer>); after a "User:" line come the question and the references numbered from
+1 in their original order (Appendix B). The table does not say which chat roles carry it;
+ARENA's released data maker (``src/data_generator.py`` and ``src/datamaker_grpo.py`` of
+ren258/ARENA) formats the whole table as ONE user message, which Open-R1 / TRL then send
+through the model's chat template. That is our default (``prompt_layout="one_message"``), so
+the model sees its chat template's own default system turn, if it has one (Qwen2.5: "You are
+Qwen, created by Alibaba Cloud..."), exactly as in the release.
+``prompt_layout="system_user"`` puts the instruction in a system message and the question in
+the user message (what this environment did before; the CPU quickstart's measured base rates
+use it).
+
+The wording is Table 1's; the release's template differs only in layout and case (newlines
+inside the tags, "**User**:", "give some references"), which the paper's table does not show.
 
 Departures, both off by default: ``assistant_prefix`` pre-fills the start of the assistant
-turn (the R1-style "<think>" trick) and ``example_output`` adds a worked output to the system
-prompt. Small models (SmolLM2-135M) never produce the format unaided, which gives GRPO no
+turn (the R1-style "<think>" trick) and ``example_output`` adds a worked output to the
+instruction. Small models (SmolLM2-135M) never produce the format unaided, which gives GRPO no
 signal; the CPU quickstart uses them and says so in its recipe.
 """
 
@@ -18,7 +28,7 @@ from lit_rag.plugins.rewards.qa import extract_tag
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, Trajectory
 
-#: ARENA Table 1, the instruction part (verbatim).
+#: ARENA Table 1, the instruction part (verbatim); the system message with ``system_user``.
 ARENA_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question and gives some "
     "references. The assistant should answer the question based on the references.\n"
@@ -36,6 +46,12 @@ ARENA_SYSTEM_PROMPT = (
 #: ARENA Table 1, the user part.
 ARENA_USER_TEMPLATE = "<question>{question}</question>\n<references>{references}</references>"
 
+#: ARENA Table 1, the line between the instruction and the user part (``one_message``).
+ARENA_USER_HEADER = "User:"
+
+#: ``prompt_layout`` values: one user message (ARENA's release) or system + user messages.
+LAYOUTS = ("one_message", "system_user")
+
 #: How one reference is written; ``{index}`` counts from 1.
 ARENA_REFERENCE_TEMPLATE = "{index}. {title}: {text}"
 
@@ -44,7 +60,9 @@ class SingleTurnEnvironment(Environment):
     """One prompt per example, ``group_size`` sampled completions.
 
     Args:
-        system_prompt: System message (ARENA Table 1 by default); empty for none.
+        system_prompt: The instruction (ARENA Table 1 by default); empty for none. A system
+            message with ``prompt_layout="system_user"``, the start of the user message with
+            ``one_message``.
         user_template: User message with ``{question}`` and ``{references}``.
         reference_template: One reference, with ``{index}``, ``{title}``, ``{text}``.
         reference_separator: Between references.
@@ -54,6 +72,11 @@ class SingleTurnEnvironment(Environment):
         use_chat_template: Send messages through the tokenizer's chat template; False writes
             system, user and prefix as plain text (base models).
         answer_tag: Tag whose content is the answer (for EM/F1 in validation).
+        prompt_layout: ``one_message``: instruction, ``user_header`` and user part in one user
+            message (ARENA's released data maker); ``system_user``: the instruction as a system
+            message, the user part as the user message.
+        user_header: Line between the instruction and the user part with ``one_message``
+            (Table 1: "User:"); empty for none.
     """
 
     def __init__(
@@ -66,14 +89,22 @@ class SingleTurnEnvironment(Environment):
         assistant_prefix: str = "",
         use_chat_template: bool = True,
         answer_tag: str = "answer",
+        prompt_layout: str = "one_message",
+        user_header: str = ARENA_USER_HEADER,
     ) -> None:
+        if prompt_layout not in LAYOUTS:
+            raise ValueError(
+                f"environment prompt_layout '{prompt_layout}' is not known; allowed: {', '.join(LAYOUTS)}"
+            )
         for key, template, fields in (
             ("user_template", user_template, ("{question}", "{references}")),
             ("reference_template", reference_template, ("{index}", "{text}")),
         ):
             missing = [f for f in fields if f not in template]
             if missing:
-                raise ValueError(f"environment {key} must contain {', '.join(missing)}: {template!r}")
+                raise ValueError(
+                    f"environment {key} must contain {', '.join(missing)}: {template!r}"
+                )
         self.system_prompt = system_prompt
         self.user_template = user_template
         self.reference_template = reference_template
@@ -82,6 +113,8 @@ class SingleTurnEnvironment(Environment):
         self.assistant_prefix = assistant_prefix
         self.use_chat_template = use_chat_template
         self.answer_tag = answer_tag
+        self.prompt_layout = prompt_layout
+        self.user_header = user_header
 
     def format_references(self, references: list[Passage]) -> str:
         return self.reference_separator.join(
@@ -97,8 +130,13 @@ class SingleTurnEnvironment(Environment):
         user = self.user_template.format(
             question=example.question, references=self.format_references(example.references)
         )
+        if self.prompt_layout == "one_message":  # Table 1 as one user message (the release)
+            user = "\n".join(part for part in (system, self.user_header, user) if part)
+            system = ""
         text = chat_prompt(tokenizer, system, user, self.use_chat_template)
         if text is None:
+            if self.prompt_layout == "one_message":
+                return f"{user}\nAssistant: {self.assistant_prefix}"
             head = f"{system}\n\n" if system else ""
             return f"{head}User: {user}\nAssistant: {self.assistant_prefix}"
         return text + self.assistant_prefix

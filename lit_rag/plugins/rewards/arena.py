@@ -14,12 +14,22 @@ What we do: exactly that, with these decisions where the paper is silent:
   lose accuracy/relevance instead.
 - Accuracy and relevance read the last complete ``<answer>`` / ``<relevance>`` pair
   (:func:`~lit_rag.plugins.rewards.qa.extract_tag`) whether or not the format is right, so the
-  components stay independent as in the paper. A missing part scores 0.
-- Reference numbers are every run of ASCII digits in ``<relevance>`` (``"[1, 5]"``,
-  ``"1,5"``, ``"[[1]]"``, ``"[1, two, 3]"`` -> 1, 3); other characters are ignored. Ranges
-  such as ``"1-3"`` are not expanded (they read as 1 and 3). Runs longer than 9 digits are
-  dropped as junk. Numbers that name no reference are *kept*: they are wrong citations, so
-  ``[1, 2, 99]`` against gold ``[1, 2]`` is a partial match (0.5), not a full one.
+  components stay independent as in the paper (the release reads the first pair; the two only
+  differ when a part is repeated, which already fails the format). A missing part scores 0.
+- Accuracy normalizes as the release does (punctuation becomes a space, see
+  :mod:`lit_rag.plugins.rewards.qa`); ``punctuation="delete"`` selects the SQuAD rule. An
+  answer that normalizes to nothing (``"A"``, ``"the"``) is never accurate.
+- Reference numbers must be written as Table 1 asks, a list "in square brackets, e.g. [1,5]",
+  and are read as ARENA's released scorer reads them (``relevance_score`` in ``src/evaluate.py``
+  of ren258/ARENA: ``json.loads`` of the ``<relevance>`` body, inside a try). The body must be a
+  JSON array of integers: ``[1, 5]``, ``[5,1,5]``, ``[]``, with any JSON whitespace. Anything
+  else is no prediction and scores relevance 0: ``1, 5`` (no brackets), ``[1-3]``, ``[1.3]``,
+  ``[1e3]``, ``[[1], [5]]``, ``["1"]``, ``{"1": true}``, ``[1, two]``, full-width digits. We
+  are stricter than the release in one place: it compares Python values, so ``[1.0, 5.0]`` and
+  ``[true]`` pass there as 1, 5 and 1; floats and booleans are no reference numbers here.
+  Numbers that name no reference (``99``, ``-1``, ``0``) are *kept*: they are wrong citations,
+  so ``[1, 2, 99]`` against gold ``[1, 2]`` is a partial match (0.5), not a full one, and
+  ``[-1, -3]`` against gold ``[1, 3]`` has no overlap (0), as in the release.
 - Gold numbers are the 1-based positions of ``example.references`` whose ``id`` is in
   ``example.gold_ids`` (Appendix B numbers references 1..n in their original order).
   Full match means equal sets (duplicates and order do not matter). If an example has no gold
@@ -28,18 +38,16 @@ What we do: exactly that, with these decisions where the paper is silent:
 
 from __future__ import annotations
 
-import re
+import json
 from dataclasses import dataclass
 
 import torch
 
 from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import exact_match, extract_tag
+from lit_rag.plugins.rewards.qa import check_punctuation, exact_match, extract_tag
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
 SECTIONS = ("relevance", "analysis", "answer")
-_NUMBER = re.compile(r"[0-9]+")
-_MAX_DIGITS = 9
 
 
 @dataclass
@@ -48,7 +56,7 @@ class ArenaParse:
 
     Args:
         relevance: Reference numbers in the order written (duplicates kept); ``None`` if there
-            is no complete ``<relevance>`` pair.
+            is no complete ``<relevance>`` pair or its body is not a JSON list of integers.
         analysis: Content of the last ``<analysis>`` pair, stripped, or ``None``.
         answer: Content of the last ``<answer>`` pair, stripped, or ``None``.
         well_formed: True when the text is exactly the three parts in order (see module doc).
@@ -60,14 +68,26 @@ class ArenaParse:
     well_formed: bool
 
 
-def parse_relevance(content: str) -> list[int]:
-    """Reference numbers in a ``<relevance>`` body; junk between them is ignored.
+def parse_relevance(content: str) -> list[int] | None:
+    """Reference numbers of a ``<relevance>`` body that is a JSON list of integers, else ``None``.
+
+    Strict, like ARENA's released scorer (``json.loads``; see the module doc). Never raises:
+    malformed JSON, nesting too deep for the parser and integers over Python's 4300-digit
+    conversion limit all give ``None``. ``json`` parses, it never evaluates.
 
     Example:
-        >>> parse_relevance("[1, two, 3, 3]")
+        >>> parse_relevance("[1, 3, 3]")
         [1, 3, 3]
+        >>> [parse_relevance(s) for s in ("[1-3]", "[1.3]", "[1e3]", "1, 3", '{"1": true}')]
+        [None, None, None, None, None]
     """
-    return [int(m) for m in _NUMBER.findall(content) if len(m) <= _MAX_DIGITS]
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+    if not isinstance(value, list) or any(type(i) is not int for i in value):
+        return None  # type(...) is int: rejects bool (a subclass of int) and float
+    return value
 
 
 def is_well_formed(text: str) -> bool:
@@ -113,7 +133,7 @@ def gold_reference_numbers(example: Example) -> set[int]:
 
 
 def relevance_score(predicted: list[int] | None, gold: set[int]) -> float:
-    """1.0 for equal sets, 0.5 for a partial overlap, 0.0 for none or a missing prediction."""
+    """1.0 for equal sets, 0.5 for a partial overlap, 0.0 for none or a missing/invalid list."""
     if predicted is None:
         return 0.0
     pred = set(predicted)
@@ -133,7 +153,8 @@ class ArenaReward(Reward):
         total = 1*1 + 1*1 + 1*1 + 1*10 = 13.
 
         The same text with ``<relevance>[2]</relevance>`` -> relevance 0.5, bonus 0,
-        total = 1 + 1 + 0.5 + 0 = 2.5.
+        total = 1 + 1 + 0.5 + 0 = 2.5. With ``<relevance>[2-4]</relevance>`` (not a JSON list of
+        integers) -> relevance 0, total = 1 + 1 + 0 + 0 = 2.
 
     Args:
         format_weight: Weight of the format component.
@@ -141,6 +162,8 @@ class ArenaReward(Reward):
         relevance_weight: Weight of the relevance component.
         bonus_weight: Weight of the bonus component.
         bonus: Bonus value when format, accuracy and relevance are all 1.
+        punctuation: How accuracy's normalization treats punctuation: ``space`` (ARENA's
+            release) or ``delete`` (SQuAD); see :func:`~lit_rag.plugins.rewards.qa.normalize_answer`.
     """
 
     def __init__(
@@ -150,8 +173,10 @@ class ArenaReward(Reward):
         relevance_weight: float = 1.0,
         bonus_weight: float = 1.0,
         bonus: float = 10.0,
+        punctuation: str = "space",
     ) -> None:
         self.bonus = bonus
+        self.punctuation = check_punctuation(punctuation, "arena punctuation")
         self.weights = {
             "format": format_weight,
             "accuracy": accuracy_weight,
@@ -163,7 +188,11 @@ class ArenaReward(Reward):
         """Unweighted components for one completion."""
         parsed = parse_arena(text)
         fmt = float(parsed.well_formed)
-        acc = 0.0 if parsed.answer is None else exact_match(parsed.answer, example.answers)
+        acc = (
+            0.0
+            if parsed.answer is None
+            else exact_match(parsed.answer, example.answers, self.punctuation)
+        )
         rel = relevance_score(parsed.relevance, gold_reference_numbers(example))
         bonus = self.bonus if fmt == acc == rel == 1.0 else 0.0
         return {"format": fmt, "accuracy": acc, "relevance": rel, "bonus": bonus}

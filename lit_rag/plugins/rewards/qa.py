@@ -1,23 +1,38 @@
 """Question-answering scores: answer normalization, exact match, token F1, tag extraction.
 
-Paper (ARENA, Appendix C): EM lowercases, removes punctuation and the articles a/an/the,
+Paper (ARENA, Appendix C.1): EM lowercases, removes punctuation and the articles a/an/the,
 replaces underscores with spaces and collapses whitespace, then compares with every gold
 answer; gold answers are lists of aliases and a prediction is right if it matches any of them
-(Appendix B). F1 is SQuAD-style token F1 on normalized text, maximised over the gold answers.
+(Appendix B). F1 (C.2) is SQuAD-style token F1 on normalized text, maximised over the gold
+answers.
 
-What we do: exactly that, in the SQuAD order of operations, with the underscore replacement
-moved *before* punctuation removal. The paper lists the steps without an order; because ``_``
-is itself in ``string.punctuation``, removing punctuation first would glue ``new_york`` into
-``newyork`` and make the underscore step dead code. So ``"New_York"`` normalizes to
-``"new york"``.
+What we do: those steps, in the order of ARENA's released ``normalize_answer``: underscores
+become spaces, lowercase, punctuation goes, the whole words a/an/the become a space, whitespace
+collapses (``_`` goes first because it is punctuation too: ``"New_York"`` -> ``"new york"``).
+"Removing punctuation" does not say whether a character is deleted or replaced, and the
+methods' reference code differs, so :func:`normalize_answer` takes ``punctuation``:
+
+- ``delete`` (the default here): ASCII punctuation is deleted, as in SQuAD's script and in
+  Search-R1's ``qa_em.py`` (the EM that Search-R1 and Eval-RAR train and report with), and as
+  C.1 reads literally. ``"Jean-Paul Sartre"`` -> ``"jeanpaul sartre"``, ``"U.S.A."`` -> ``"usa"``.
+- ``space``: ARENA's release (``src/evaluate.py`` and ``src/rewards.py`` of ren258/ARENA, the
+  scorer of its training reward and its tables) replaces each punctuation character with a
+  space and also counts the typographic quotes ``‘ ’ ´`` as punctuation (that set exactly;
+  ``“ ”`` are not in it). ``"Jean-Paul Sartre"`` and ``"Jean Paul Sartre"`` both give
+  ``"jean paul sartre"``; ``"U.S.A."`` gives ``"u s"`` (the last ``a`` is then an article).
+  The ARENA reward (:mod:`lit_rag.plugins.rewards.arena`) uses this mode by default.
+
+The shared default stays ``delete`` because these functions also score every method's
+validation EM/F1 (:mod:`lit_rag.metrics.qa`) and the search rewards, whose reference code
+deletes; one rule keeps the methods' validation numbers comparable.
 
 Departures and decisions where the paper is silent:
 
-- Punctuation is ASCII ``string.punctuation`` and is deleted, not replaced by a space
-  (SQuAD's ``normalize_answer``): ``"U.S."`` -> ``"us"``.
-- Empty token lists in F1 follow the official SQuAD v2 script: if either side is empty, F1 is
-  1.0 when both are empty and 0.0 otherwise. An empty list of gold answers scores 0.0 for both
-  EM and F1.
+- Empty answers never match. A text that normalizes to nothing (``"A"``, ``"the"``, ``"!"``,
+  ``""``) scores EM 0 and F1 0 against every alias, also against an alias that normalizes to
+  nothing. ARENA's release compares the two empty strings and scores EM 1; SQuAD v2 scores F1 1
+  when both sides are empty (its "no answer" case, which our datasets do not have). An empty
+  list of gold answers scores 0.0 for both EM and F1.
 - :func:`extract_tag` takes the content of the last *complete* ``<tag>...</tag>`` pair, so a
   truncated trailing ``<answer>`` without its closing tag does not hide an earlier complete one.
   It uses ``str.rfind`` / ``str.find`` only, so it is linear in the text length.
@@ -35,66 +50,97 @@ import torch
 from lit_rag.plugins.rewards.base import Reward
 from lit_rag.types import RewardBreakdown, Trajectory
 
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
+#: ARENA's released punctuation set: ASCII punctuation plus the typographic quotes ‘ ’ ´.
+ARENA_PUNCTUATION = string.punctuation + "\u2018\u2019\u00b4"
+_TO_SPACE = str.maketrans(ARENA_PUNCTUATION, " " * len(ARENA_PUNCTUATION))
+_DELETE = str.maketrans("", "", string.punctuation)
+#: ``punctuation`` modes: ``delete`` (SQuAD, Search-R1; the default), ``space`` (ARENA's release).
+PUNCTUATION_MODES = {"delete": _DELETE, "space": _TO_SPACE}
 # Alternation of three literals between word boundaries: no nested quantifiers, linear time.
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
-def normalize_answer(s: str) -> str:
-    """Normalize an answer as in ARENA Appendix C.1.
+def check_punctuation(punctuation: str, key: str = "punctuation") -> str:
+    """``punctuation`` if it is a known mode, else a ``ValueError`` naming ``key``."""
+    if punctuation not in PUNCTUATION_MODES:
+        allowed = ", ".join(PUNCTUATION_MODES)
+        raise ValueError(f"{key} '{punctuation}' is not known; allowed: {allowed}")
+    return punctuation
 
-    Steps, in order: lowercase; replace ``_`` with a space; delete ASCII punctuation; replace
-    the whole words ``a``, ``an``, ``the`` with a space; collapse runs of whitespace into one
-    space and strip. Underscores go before punctuation because ``_`` is punctuation too.
+
+def normalize_answer(s: str, punctuation: str = "delete") -> str:
+    """Normalize an answer (ARENA Appendix C.1; see the module doc for ``punctuation``).
+
+    Steps, in order: replace ``_`` with a space; lowercase; delete ASCII punctuation
+    (``delete``) or replace it and ``‘ ’ ´`` with a space (``space``); replace the whole
+    words ``a``, ``an``, ``the`` with a space; collapse runs of whitespace into one space and
+    strip.
 
     Example:
         >>> normalize_answer("  The  Battle_of Hastings, a.k.a. 1066!")
         'battle of hastings aka 1066'
+        >>> normalize_answer("  The  Battle_of Hastings, a.k.a. 1066!", punctuation="space")
+        'battle of hastings k 1066'
+        >>> normalize_answer("Jean-Paul Sartre", punctuation="space")
+        'jean paul sartre'
+
+        With ``space`` the dots of ``"a.k.a."`` leave the words ``a``, ``k``, ``a``, and both
+        ``a`` are articles.
 
     Args:
         s: Any text.
+        punctuation: ``delete`` deletes ASCII punctuation (SQuAD, Search-R1); ``space``
+            replaces punctuation with a space (ARENA's release).
 
     Returns:
         The normalized text (possibly empty).
+
+    Raises:
+        ValueError: ``punctuation`` is not a known mode (a configuration error, never caused by
+            the text).
     """
-    s = s.lower().replace("_", " ")
-    s = s.translate(_PUNCTUATION)
+    table = PUNCTUATION_MODES.get(punctuation)
+    if table is None:
+        check_punctuation(punctuation)
+    s = s.replace("_", " ").lower()
+    s = s.translate(table)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
 
-def exact_match(prediction: str, answers: list[str]) -> float:
-    """Normalized exact match against any alias.
+def exact_match(prediction: str, answers: list[str], punctuation: str = "delete") -> float:
+    """Normalized exact match against any alias; an empty normalized text never matches.
 
     Example:
         >>> exact_match("the Eiffel Tower.", ["Eiffel Tower", "La tour Eiffel"])
         1.0
+        >>> exact_match("A", ["the"])  # both normalize to "": no answer, no match
+        0.0
 
     Args:
         prediction: The model's answer.
         answers: Acceptable gold answers (aliases).
+        punctuation: See :func:`normalize_answer`.
 
     Returns:
-        1.0 if the normalized prediction equals any normalized answer, else 0.0 (also 0.0
-        when ``answers`` is empty).
+        1.0 if the normalized prediction is non-empty and equals a normalized answer, else 0.0
+        (also 0.0 when ``answers`` is empty).
     """
-    pred = normalize_answer(prediction)
-    return float(any(pred == normalize_answer(a) for a in answers))
+    pred = normalize_answer(prediction, punctuation)
+    return float(bool(pred) and any(pred == normalize_answer(a, punctuation) for a in answers))
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
-    if not pred_tokens or not gold_tokens:
-        return float(pred_tokens == gold_tokens)
     common = Counter(pred_tokens) & Counter(gold_tokens)
     num_same = sum(common.values())
-    if num_same == 0:
+    if num_same == 0:  # also when either side has no tokens
         return 0.0
     precision = num_same / len(pred_tokens)
     recall = num_same / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
 
 
-def f1_score(prediction: str, answers: list[str]) -> float:
+def f1_score(prediction: str, answers: list[str], punctuation: str = "delete") -> float:
     """SQuAD token F1 on normalized text, maximised over the aliases.
 
     Example:
@@ -107,13 +153,17 @@ def f1_score(prediction: str, answers: list[str]) -> float:
     Args:
         prediction: The model's answer.
         answers: Acceptable gold answers (aliases).
+        punctuation: See :func:`normalize_answer`.
 
     Returns:
-        The best F1 over ``answers`` in [0, 1]; 0.0 when ``answers`` is empty. If a side has no
-        tokens, F1 is 1.0 when both have none and 0.0 otherwise (SQuAD v2 rule).
+        The best F1 over ``answers`` in [0, 1]; 0.0 when ``answers`` is empty or when a side has
+        no tokens (ARENA's release: no common token, no score).
     """
-    pred_tokens = normalize_answer(prediction).split()
-    return max((_token_f1(pred_tokens, normalize_answer(a).split()) for a in answers), default=0.0)
+    pred_tokens = normalize_answer(prediction, punctuation).split()
+    return max(
+        (_token_f1(pred_tokens, normalize_answer(a, punctuation).split()) for a in answers),
+        default=0.0,
+    )
 
 
 def extract_tag(text: str, tag: str) -> str | None:
@@ -185,18 +235,21 @@ class _AnswerReward(Reward):
 
     component: str = ""
 
-    def __init__(self, answer_tag: str | None = "answer", weight: float = 1.0) -> None:
+    def __init__(
+        self, answer_tag: str | None = "answer", weight: float = 1.0, punctuation: str = "delete"
+    ) -> None:
         self.answer_tag = answer_tag
         self.weights = {self.component: weight}
+        self.punctuation = check_punctuation(punctuation, f"{self.component} punctuation")
 
     @staticmethod
-    def score(prediction: str, answers: list[str]) -> float:
+    def score(prediction: str, answers: list[str], punctuation: str = "delete") -> float:
         raise NotImplementedError
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Score each trajectory's answer against ``trajectory.example.answers``."""
         scores = [
-            0.0 if pred is None else self.score(pred, t.example.answers)
+            0.0 if pred is None else self.score(pred, t.example.answers, self.punctuation)
             for pred, t in zip(_predictions(trajectories, self.answer_tag), trajectories)
         ]
         values = torch.tensor(scores, dtype=torch.float32)  # [N]
@@ -216,6 +269,8 @@ class ExactMatchReward(_AnswerReward):
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole
             completion text.
         weight: Multiplies the score in ``total``.
+        punctuation: ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release); see
+            :func:`normalize_answer`.
     """
 
     component = "exact_match"
@@ -233,6 +288,8 @@ class F1Reward(_AnswerReward):
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole
             completion text.
         weight: Multiplies the score in ``total``.
+        punctuation: ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release); see
+            :func:`normalize_answer`.
     """
 
     component = "f1"

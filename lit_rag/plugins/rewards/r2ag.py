@@ -21,16 +21,30 @@ Decisions where the formula and the text differ, or are silent:
 - Eq. 5 sums indicators over branches, so two branches retrieving the same new gold document
   would count it twice; the text says "the number of newly retrieved gold documents". We count
   each new gold document once (base branches first), so repeating a query earns nothing.
-- ``1{r_u in g}`` in AP is literal: a branch whose document is gold counts, new or not.
-- With ``k > 1`` documents per query a branch hits when any of its documents is gold.
+- AP is an average precision (<= 1) and, under Assumption 2.1 (no duplicate documents in the
+  database), a repeat brings nothing new (Eq. 2's event E_A is a gold document not in G_r). So
+  ``1{r_u in g}`` counts a branch only when it brings a gold document that neither an earlier
+  step (``r_prior``) nor an earlier branch of this expansion brought (``ap_hits="new"``, the
+  default); base branches come first, then predicted ones, so each gold document is credited at
+  most once and ``R_AP = R_AP^b + R_AP^p <= 1``. Read literally, the indicator would credit a
+  known gold document every time: four branches re-finding a known gold document of three
+  would score ``R_AP = 4/3`` and, at the paper's weights, as much as one new gold document and
+  three misses. ``ap_hits="any"`` keeps that literal reading (the earlier behaviour).
+- With ``k > 1`` documents per query a branch hits when any of its documents is gold (and, with
+  ``ap_hits="new"``, new).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
 from lit_rag.plugins.rewards.base import Reward
 from lit_rag.types import RewardBreakdown, Trajectory
+
+#: ``ap_hits`` values: credit only new gold (Assumption 2.1), or every gold branch (literal).
+AP_HITS = ("new", "any")
 
 
 def new_gold(branches: list[list[str]], gold: set[str], seen: set[str]) -> int:
@@ -44,18 +58,33 @@ def new_gold(branches: list[list[str]], gold: set[str], seen: set[str]) -> int:
     return count
 
 
-def top_t_ap(branches: list[list[str]], gold: set[str], t: int) -> float:
+def top_t_ap(
+    branches: list[list[str]], gold: set[str], t: int, seen: set[str] | None = None
+) -> float:
     """``1/|g| * sum_{u<=t} precision@u * 1{branch u hits gold}`` over the first ``t`` branches.
+
+    With ``seen`` (the gold already credited: earlier steps and earlier branches), a branch hits
+    only when it brings a gold document not in ``seen``, and ``seen`` is updated, so a repeat is
+    a miss and the score is at most 1. Without ``seen`` every gold branch counts (the literal
+    ``1{r_u in g}``).
 
     Example:
         >>> top_t_ap([["g1"], ["x"], ["g2"]], {"g1", "g2"}, t=4)  # (1/1 + 2/3) / 2
         0.8333333333333333
+        >>> top_t_ap([["g1"], ["g1"]], {"g1", "g2"}, t=4, seen=set())  # repeat: (1/1) / 2
+        0.5
     """
     if not gold:
         return 0.0
     hits, total = 0, 0.0
     for u, ids in enumerate(branches[:t], start=1):
-        if any(pid in gold for pid in ids):
+        if seen is None:
+            hit = any(pid in gold for pid in ids)
+        else:
+            fresh = {pid for pid in ids if pid in gold and pid not in seen}
+            seen |= fresh
+            hit = bool(fresh)
+        if hit:
             hits += 1
             total += hits / u
     return total / len(gold)
@@ -74,6 +103,9 @@ class R2AGReward(Reward):
         format_per_segment: Format reward per query segment after ``<think>`` (0.01).
         format_max: Cap of the format reward (0.02).
         zero_on_truncation: Total 0 for outputs that hit the length limit (B.2).
+        ap_hits: Which gold branches AP counts: ``"new"`` (default) a gold document no earlier
+            step or branch brought, each at most once, so AP <= 1 (Assumption 2.1); ``"any"``
+            every branch whose document is gold, repeats included (can exceed 1).
     """
 
     def __init__(
@@ -87,12 +119,19 @@ class R2AGReward(Reward):
         format_per_segment: float = 0.01,
         format_max: float = 0.02,
         zero_on_truncation: bool = True,
+        ap_hits: Literal["new", "any"] = "new",
     ) -> None:
+        if ap_hits not in AP_HITS:
+            raise ValueError(f"reward ap_hits must be one of {', '.join(AP_HITS)}; got {ap_hits!r}")
+        for name, value in (("base_top_t", base_top_t), ("predicted_top_t", predicted_top_t)):
+            if value < 0:
+                raise ValueError(f"reward {name} must be >= 0; got {value}")
         self.weights = {"multi_hit": alpha, "joint_hit": beta, "ap": gamma, "format": 1.0}
         self.predicted_scale = predicted_scale
         self.base_top_t, self.predicted_top_t = base_top_t, predicted_top_t
         self.format_per_segment, self.format_max = format_per_segment, format_max
         self.zero_on_truncation = zero_on_truncation
+        self.ap_hits = ap_hits
 
     def score(self, t: Trajectory) -> dict[str, float]:
         gold = set(t.example.gold_ids)
@@ -107,17 +146,35 @@ class R2AGReward(Reward):
         values = {
             "multi_hit": mh_base + self.predicted_scale * mh_predicted,
             "joint_hit": float(complete and stop),
-            "ap": top_t_ap(base, gold, self.base_top_t) + top_t_ap(predicted, gold, self.predicted_top_t),
-            "format": min(self.format_max, self.format_per_segment * int(t.meta.get("segments", 0))),
+            "ap": self.ap(base, predicted, gold, prior),
+            "format": min(
+                self.format_max, self.format_per_segment * int(t.meta.get("segments", 0))
+            ),
         }
-        zero = (not t.meta.get("think")) or (stop and not complete) or (self.zero_on_truncation and t.truncated)
+        zero = (
+            (not t.meta.get("think"))
+            or (stop and not complete)
+            or (self.zero_on_truncation and t.truncated)
+        )
         values["zeroed"] = float(zero)
         return values
 
+    def ap(
+        self, base: list[list[str]], predicted: list[list[str]], gold: set[str], prior: set[str]
+    ) -> float:
+        """``R_AP = R_AP^b + R_AP^p``; with ``ap_hits="new"`` the two share one record of the
+        gold already credited (``prior`` first, then base branches), so the sum is at most 1."""
+        seen = set(prior) if self.ap_hits == "new" else None
+        return top_t_ap(base, gold, self.base_top_t, seen) + top_t_ap(
+            predicted, gold, self.predicted_top_t, seen
+        )
+
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         rows = [self.score(t) for t in trajectories]
-        components = {k: torch.tensor([r[k] for r in rows], dtype=torch.float32) for k in
-                      ("multi_hit", "joint_hit", "ap", "format", "zeroed")}
+        components = {
+            k: torch.tensor([r[k] for r in rows], dtype=torch.float32)
+            for k in ("multi_hit", "joint_hit", "ap", "format", "zeroed")
+        }
         total = sum(self.weights[k] * components[k] for k in self.weights)
         total = torch.where(components["zeroed"] > 0, torch.zeros_like(total), total)
         return RewardBreakdown(total=total, components=components)
