@@ -22,7 +22,10 @@ for ``epochs`` epochs (E) over every stored pair, in shuffled mini-batches of ``
 pairs, one optimizer step each (Section 3.4: effective batch 64), and the store is emptied.
 ``collect_steps: 1, epochs: 1`` is the online variant (each step's pairs, once, in one optimizer
 step; ``max_pairs`` then keeps the largest gaps and drops the rest). The store is plain tensors
-in the checkpoint (``state_dict``), so a resumed run continues the same collection.
+in the checkpoint (``state_dict``), so a resumed run continues the same collection. Lightning's
+``global_step`` counts optimizer steps (none while collecting, ``E x ceil(pairs / max_pairs)``
+at an update): bound such runs by ``max_epochs``; a decaying ``lr_schedule`` takes its length
+from the training batches, not from these steps (the EVO-RAG recipes use a constant rate).
 
 Pair selection by the reward model (an option, not the paper's default): with ``selection:
 reward_model`` and a scorer attached (the :class:`~lit_rag.callbacks.AlternatingRewardModel`
