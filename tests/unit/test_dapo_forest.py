@@ -110,10 +110,10 @@ def test_refill_samples_more_prompts_until_the_batch_is_informative():
     assert batch["size"] == 4
 
 
-def test_forest_iterations_through_lightning(tmp_path, monkeypatch):
-    """Epoch 0 expands the root; its pruned trees (gold found so far as evidence) are epoch 1's
-    pool; the steering output reads the evidence; complete trees leave the forest."""
-    monkeypatch.chdir(tmp_path)
+
+def _orbel_world(tmp_path, name: str):
+    """A three-passage BM25 index at ``tmp_path/index`` and one two-hop question in
+    ``tmp_path/<name>.jsonl`` (gold g1 then g2); returns the data file."""
     corpus = [
         Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
         Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
@@ -122,18 +122,17 @@ def test_forest_iterations_through_lightning(tmp_path, monkeypatch):
     retriever = BM25Retriever(stopwords="en")
     retriever.build(corpus)
     retriever.save(tmp_path / "index")
-    data = tmp_path / "train.jsonl"
-    data.write_text(
-        json.dumps(
-            {
-                "id": "q1",
-                "question": "Where was the founder of Orbel Mills born?",
-                "answers": ["Kessa"],
-                "gold_ids": ["g1", "g2"],
-            }
-        )
-        + "\n"
-    )
+    data = tmp_path / f"{name}.jsonl"
+    row = {"id": "q1", "question": "Where was the founder of Orbel Mills born?", "answers": ["Kessa"],
+           "gold_ids": ["g1", "g2"]}
+    data.write_text(json.dumps(row) + "\n")
+    return data
+
+def test_forest_iterations_through_lightning(tmp_path, monkeypatch):
+    """Epoch 0 expands the root; its pruned trees (gold found so far as evidence) are epoch 1's
+    pool; the steering output reads the evidence; complete trees leave the forest."""
+    monkeypatch.chdir(tmp_path)
+    data = _orbel_world(tmp_path, "train")
     seen: list[str] = []
 
     class Steering(RolloutEngine):
@@ -250,26 +249,7 @@ def test_validate_logs_k_and_map_of_the_top_t_tree(
 ):
     """What ``lit-rag validate`` runs (Trainer.validate) logs Table 1's K and mAP."""
     monkeypatch.chdir(tmp_path)
-    corpus = [
-        Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
-        Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-        Passage("n1", "Vell Works", "Vell Works makes boats in Ardun."),
-    ]
-    retriever = BM25Retriever(stopwords="en")
-    retriever.build(corpus)
-    retriever.save(tmp_path / "index")
-    data = tmp_path / "val.jsonl"
-    data.write_text(
-        json.dumps(
-            {
-                "id": "q1",
-                "question": "Where was the founder of Orbel Mills born?",
-                "answers": ["Kessa"],
-                "gold_ids": ["g1", "g2"],
-            }
-        )
-        + "\n"
-    )
+    data = _orbel_world(tmp_path, "val")
 
     class Steering(RolloutEngine):
         def generate(self, prompts, params):

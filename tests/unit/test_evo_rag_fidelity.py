@@ -30,6 +30,7 @@ from lit_rag.plugins.rewards.evo_rag import (
     GoldCoverageVerifier,
     judge_verdict,
 )
+from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
@@ -146,19 +147,33 @@ def test_dpo_store_goes_through_a_checkpoint(tmp_path):
     assert [float(d.prepare(*_pairs_at(2, 30))["metrics"]["pairs_used"]) for d in (dpo, fresh)] == [6.0, 6.0]
 
 
+class _Distinct(RolloutEngine):
+    """Every sample a different single token (10, 11, 12, ...): the two samples of a prompt are
+    always different actions, so each prompt gives exactly one pair."""
+
+    def __init__(self) -> None:
+        self.next = 10
+
+    def generate(self, prompts, params):
+        out = []
+        for _ in prompts:
+            out.append(Generation(torch.tensor([self.next]), torch.zeros(1), str(self.next), True))
+            self.next += 1
+        return out
+
+
 def test_policy_module_runs_one_optimizer_step_per_mini_batch(tmp_path):
     """Through Lightning: 2 collect steps of 2 questions x 2 samples = 4 pairs, E = 2, 2 pairs per
-    step -> no update at step 1, then 2 x 2 = 4 optimizer steps at step 2 (global_step 4)."""
+    step -> no update at step 1, then 2 epochs x 4 / 2 = 4 optimizer steps at step 2."""
+    from lit_rag.data.datamodule import QADataModule
     from tests.helpers import EvenTokenReward
 
     rows = [{"id": f"q{i}", "question": f"question {i}?", "answers": ["x"]} for i in range(4)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from lit_rag.data.datamodule import QADataModule
-    from lit_rag.rollout.base import SamplingParams
-
+    # margin -1 keeps every pair of different actions, whatever their even-token rewards
     module = PolicyModule(policy=TINY, environment=SingleTurnEnvironment(), reward=EvenTokenReward(),
                           algorithm=DPO(collect_steps=2, epochs=2, max_pairs=2, margin=-1.0), group_size=2,
-                          sampling=SamplingParams(max_new_tokens=4, temperature=1.0), micro_batch_size=2, lr=1e-3)
+                          engine=_Distinct(), sampling=SamplingParams(max_new_tokens=4), micro_batch_size=2, lr=1e-3)
     steps_seen = []
 
     class Watch(L.Callback):
@@ -168,12 +183,10 @@ def test_policy_module_runs_one_optimizer_step_per_mini_batch(tmp_path):
     trainer = L.Trainer(max_epochs=1, callbacks=[Watch()], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                         num_sanity_val_steps=0, limit_val_batches=0)
-    torch.manual_seed(0)
     trainer.fit(module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=2))
-    # margin -1 keeps every different-action pair; identical samples (rare) would leave fewer
-    used = float(trainer.callback_metrics["rollout/pairs_used"])
-    assert 1 <= used <= 4
-    assert steps_seen == [0, 2 * math.ceil(used / 2)]
+    assert float(trainer.callback_metrics["rollout/pairs_used"]) == 4.0
+    assert float(trainer.callback_metrics["train/optimizer_steps"]) == 4.0
+    assert steps_seen == [0, 4]
 
 
 # ---- item 9: the refusal judge, on the evidence the agent still keeps -------------------------

@@ -100,10 +100,10 @@ def test_ap_with_gold_at_various_ranks():
     assert top_t_ap([], gold, 4) == 0.0 and top_t_ap([["g1"]], set(), 4) == 0.0
 
 
-def traj(steps, prior=(), stop=False, think=True, segments=1, truncated=False):
+def traj(steps, prior=(), stop=False, think=True, segments=1, truncated=False, example=EX):
     empty = torch.zeros(0, dtype=torch.long)
     return Trajectory(
-        EX,
+        example,
         0,
         empty,
         empty,
@@ -146,18 +146,7 @@ THREE = Example(id="q3", question="?", answers=["x"], gold_ids=["g1", "g2", "g3"
 
 
 def traj3(steps, prior=(), segments=4):
-    empty = torch.zeros(0, dtype=torch.long)
-    return Trajectory(
-        THREE,
-        0,
-        empty,
-        empty,
-        empty,
-        empty.float(),
-        "",
-        steps=steps,
-        meta={"prior": list(prior), "stop": False, "think": True, "segments": segments, "depth": 1},
-    )
+    return traj(steps, prior=prior, segments=segments, example=THREE)
 
 
 def test_ap_credits_each_gold_document_once():
