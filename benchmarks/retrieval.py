@@ -390,7 +390,7 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
                 return out
         elif side == "dense-faiss-flat":
             cls = _dense_retriever_class()
-            r = cls.load(idx)
+            r = cls.load(idx, encoder="precomputed")
             r.qtable = np.load(d / "qemb.npy")
             r.query_row = {q: i for i, q in reversed(list(enumerate(queries)))}
             res["load_s"] = time.perf_counter() - t0

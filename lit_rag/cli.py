@@ -10,6 +10,8 @@ installed names, in one line.
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,7 @@ from typing import Any
 import yaml
 
 from lit_rag import registry
-from lit_rag.data.readers import DatasetFormatError
-from lit_rag.retrieval.manifest import IndexMismatchError
+from lit_rag.errors import InputError
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -32,7 +33,7 @@ PLUGIN_KEYS = {
 }
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe that cannot be used as written."""
 
 
@@ -143,6 +144,110 @@ def _names_module_class(args: list[str]) -> bool:
     return False
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _cli_class():
+    """:class:`LightningCLI` with lit-rag's input rules (built on first use: Lightning is heavy)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.cli import LightningCLI
+
+    class LitRagCLI(LightningCLI):
+        """LightningCLI that reports bad input as :class:`InputError` (one line, exit 2)."""
+
+        def parse_arguments(self, parser, args) -> None:
+            # ``args`` is the command line with plugin names rewritten; with sys.argv also set,
+            # Lightning warns "args parameter is intended ..." and prints the whole recipe
+            saved, sys.argv = sys.argv, sys.argv[:1]
+            try:
+                super().parse_arguments(parser, args)
+            finally:
+                sys.argv = saved  # restored: DDP's launcher re-runs sys.argv on the other ranks
+
+        def _parse_ckpt_path(self) -> None:
+            """Check ``--ckpt_path`` before anything is built; never take settings from it.
+
+            Lightning's version loads the checkpoint here and parses its ``hyper_parameters``
+            into the config, so a ``class_path`` written in a downloaded checkpoint would choose
+            what gets imported. A checkpoint is data: the recipe is the only config, and the
+            weights load later through the trainer (``weights_only``, see lit_rag.checkpointing).
+            """
+            subcommand = self.config.get("subcommand")
+            path = self.config[subcommand].get("ckpt_path") if subcommand else None
+            if path:
+                check_ckpt_path(path)
+
+        def before_instantiate_classes(self) -> None:
+            trainer = self.config.get(self.config.get("subcommand") or "", self.config).get("trainer", {})
+            interval = trainer.get("val_check_interval")
+            if interval is not None and interval <= 0:  # Lightning divides by it mid-run
+                raise InputError(f"trainer.val_check_interval must be > 0 (an int: every N steps, "
+                                 f"a float: a fraction of the epoch), got {interval}")
+
+        def instantiate_classes(self) -> None:
+            # plugins, modules and the Trainer check their arguments in __init__ with ValueError
+            # (group_size: -2, lr: -1, devices: 0): a recipe error, not a crash
+            try:
+                super().instantiate_classes()
+            except InputError:
+                raise
+            except (ValueError, MisconfigurationException) as exc:
+                raise RecipeError(_argument_message(exc)) from None
+
+        def after_instantiate_classes(self) -> None:
+            from lit_rag.checkpointing import use_atomic_checkpoints
+
+            use_atomic_checkpoints(self.trainer)
+
+    return LitRagCLI
+
+
+def check_ckpt_path(path: str) -> None:
+    """Fail in one line when ``--ckpt_path`` cannot be a checkpoint (cheap: nothing is loaded).
+
+    Lightning's own names (``last``, ``best``, ``hpc``, ``registry:...``) and URLs pass through.
+    """
+    import zipfile
+
+    from lit_rag.checkpointing import check_checkpoint_file
+
+    if path in ("last", "best", "hpc") or path.startswith("registry") or "://" in path:
+        return
+    check_checkpoint_file(path)  # missing, a folder, empty
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, its directory at the end
+        raise InputError(f"checkpoint {path} is truncated or not a torch checkpoint "
+                         f"({Path(path).stat().st_size} bytes, no zip directory at its end)")
+
+
+def _argument_message(exc: BaseException) -> str:
+    """jsonargparse's message in one line.
+
+    A value that matches none of a union's types arrives as a report ("Parser key "k": Does not
+    validate against any of the Union subtypes ... Errors: - ... Given value: v"). When one of
+    the errors is a check of ours (e.g. ``SamplingParams`` refusing ``temperature: -1``) that is
+    the message; otherwise the key, the value and the types it could have been.
+    """
+    text = str(exc)
+    if "Union subtypes" not in text or "Errors:" not in text:
+        return _one_line(exc)
+    key = text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else ""
+    body, _, given = text.split("Errors:", 1)[1].partition("Given value type:")
+    reasons = [" ".join(r.split()) for r in re.split(r"\n\s*- ", body) if r.strip()]
+    ours = [r for r in reasons if not r.startswith("Expected a")]
+    if ours:
+        return ours[0]
+    value = given.split("Given value:", 1)[1].strip() if "Given value:" in given else "?"
+    allowed = [re.sub(r"<class '([\w.]+)'>", r"\1", r.removeprefix("Expected a ")).replace("typing.Literal", "")
+               for r in reasons]
+    return f"{key or 'a value'}: got {value!r}; expected {' or '.join(allowed)}"
+
+
+#: parser settings for the main parser and each subcommand's: errors raise (printed as one line
+#: by ``main``) and options must be spelled out (``--trainer.max_step`` is not ``max_steps``)
+_PARSER_KWARGS = {"default_env": False, "exit_on_error": False, "allow_abbrev": False}
+
+
 def build_cli(args: list[str], run: bool = True):
     """The LightningCLI over :class:`PolicyModule` and :class:`QADataModule`.
 
@@ -150,25 +255,26 @@ def build_cli(args: list[str], run: bool = True):
     LightningDataModule instead (the EVO-RAG reward model recipe does).
     """
     from lightning.pytorch import LightningDataModule, LightningModule
-    from lightning.pytorch.cli import LightningCLI
 
     from lit_rag.data.datamodule import QADataModule
     from lit_rag.modules.policy import PolicyModule
 
+    cli_class = _cli_class()
+    parser_kwargs = {**_PARSER_KWARGS, **{name: dict(_PARSER_KWARGS) for name in ("fit", "validate", "test")}}
     if _names_module_class(args):
-        return LightningCLI(
+        return cli_class(
             LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
             args=resolve_args(args), run=run, save_config_kwargs={"overwrite": True},
-            parser_kwargs={"default_env": False},
+            parser_kwargs=parser_kwargs,
         )
-    return LightningCLI(
+    return cli_class(
         PolicyModule,
         QADataModule,
         args=resolve_args(args),
         run=run,
         auto_configure_optimizers=False,
         save_config_kwargs={"overwrite": True},
-        parser_kwargs={"default_env": False},
+        parser_kwargs=parser_kwargs,
     )
 
 
@@ -197,8 +303,13 @@ def main(argv: list[str] | None = None) -> None:
                 raise RecipeError(str(exc)) from exc
             return
         build_cli(args)
-    except (registry.PluginError, RecipeError, FileNotFoundError, DatasetFormatError, IndexMismatchError) as exc:
-        print(f"lit-rag: error: {exc}", file=sys.stderr)
+    except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type
+        command = args[0] if args and args[0] in ("fit", "validate", "test") else ""
+        print(f"lit-rag: error: {_argument_message(exc)} (options: lit-rag {command} --help)".replace("  ", " "),
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    except (InputError, FileNotFoundError) as exc:
+        print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 
+from lit_rag.errors import InputError
+
 #: kind (as used in recipes and messages) -> entry-point group
 GROUPS: dict[str, str] = {
     "algorithm": "lit_rag.algorithms",
@@ -28,7 +30,7 @@ GROUPS: dict[str, str] = {
 }
 
 
-class PluginError(ValueError):
+class PluginError(InputError):
     """A plugin name could not be resolved, was registered twice, or failed to import."""
 
 

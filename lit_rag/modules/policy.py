@@ -7,7 +7,6 @@ algorithm and rollout engine are plugins chosen in the recipe.
 from __future__ import annotations
 
 import copy
-import math
 import random
 import time
 from dataclasses import asdict
@@ -19,6 +18,7 @@ from lightning.pytorch import LightningModule
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.modules.loading import ModelConfig, has_adapters, load_model, load_tokenizer
 from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
+from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
 from lit_rag.plugins.algorithms.base import Algorithm
 from lit_rag.plugins.environments.base import Environment
 from lit_rag.plugins.rewards.base import Reward
@@ -78,6 +78,12 @@ class PolicyModule(LightningModule):
             raise ValueError(
                 f"model group_size and micro_batch_size must be >= 1, got {group_size}, {micro_batch_size}"
             )
+        if lr < 0 or weight_decay < 0 or warmup_steps < 0:
+            raise ValueError(f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"model max_grad_norm must be > 0 or null (no clipping), got {max_grad_norm}")
+        if logprob_chunk_tokens < 1:
+            raise ValueError(f"model logprob_chunk_tokens must be >= 1, got {logprob_chunk_tokens}")
         if lr_schedule not in SCHEDULES:
             raise ValueError(f"model lr_schedule '{lr_schedule}' is not known; allowed: {', '.join(SCHEDULES)}")
         self.automatic_optimization = False
@@ -110,6 +116,8 @@ class PolicyModule(LightningModule):
         self.last_rollout: tuple[list[Trajectory], RewardBreakdown] | None = None
         self.last_metrics: dict[str, torch.Tensor] = {}
         self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
+        self._schedule: dict | None = None  # the learning-rate plan: kind, warmup, total (optimizer steps)
+        self._stored_schedule: dict | None = None  # the plan of the checkpoint being resumed
 
     # ---- model ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -280,6 +288,7 @@ class PolicyModule(LightningModule):
         mismatch = _Mismatch()
         seen: set[int] = set()  # rows whose engine log-probs were compared (once each)
         trained = 0.0
+        rates: list[float] = []  # the learning rate of each optimizer step of this training step
         for epoch in range(self.algorithm.mu):
             for m in range(steps):
                 own, scale = (mini_slices[m], float(minis[m][1])) if m < len(minis) else ([], 0.0)
@@ -315,6 +324,7 @@ class PolicyModule(LightningModule):
                     else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
                         self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
                                             gradient_clip_algorithm="norm")
+                rates.append(optimizer.param_groups[0]["lr"])  # the rate this optimizer step uses
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 if scheduler is not None:
@@ -323,7 +333,9 @@ class PolicyModule(LightningModule):
         metrics = {k: torch.tensor(v / (optimizer_steps if k == "train/loss" else max(1, micro_count)))
                    for k, v in sums.items()}
         metrics.update(mismatch.metrics())
-        metrics["train/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+        # the mean rate of the step's optimizer steps (mu x mini-batches), read before each
+        # scheduler.step(): after it the optimizer holds the next step's rate
+        metrics["train/lr"] = torch.tensor(sum(rates) / len(rates))
         metrics["tokens/trained"] = torch.tensor(trained)  # through forward and backward (this rank)
         if steps > 1:
             metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
@@ -418,19 +430,25 @@ class PolicyModule(LightningModule):
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay, betas=self.betas)
-        total = max(1, int(self.trainer.estimated_stepping_batches) * self.algorithm.mu)
-        warmup, kind = self.warmup_steps, self.lr_schedule
+        self._schedule = self._planned_schedule()
+        self._apply_stored_schedule()  # resuming (restored before this hook): the checkpoint's plan
+        plan = self._schedule  # read at every step: a plan restored after this hook updates it in place
 
-        def factor(step: int) -> float:
-            if warmup and step < warmup:
-                return (step + 1) / warmup
-            if kind == "constant":
-                return 1.0
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return 0.5 * (1 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
+        def factor(step: int) -> float:  # LambdaLR does not save this function: the plan is in the checkpoint
+            return lr_factor(step, plan["kind"], plan["warmup"], plan["total"])
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _planned_schedule(self) -> dict:
+        """This run's learning-rate plan (see :func:`plan_schedule`)."""
+        return plan_schedule(self.trainer, self.lr_schedule, self.warmup_steps, self.algorithm.mu)
+
+    def _apply_stored_schedule(self) -> None:
+        """A resumed run follows the plan its checkpoint was made with (see :func:`keep_stored_plan`)."""
+        if self._stored_schedule is not None and self._schedule is not None:
+            keep_stored_plan(self._stored_schedule, self._schedule)
+            self._stored_schedule = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -443,6 +461,8 @@ class PolicyModule(LightningModule):
             trainable = {f"model.{_clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
+        if self._schedule is not None:  # LambdaLR's state has the step, not the plan its factor reads
+            checkpoint["lit_rag"]["schedule"] = dict(self._schedule)
         if callable(getattr(self.algorithm, "state_dict", None)):  # e.g. DPO's stored pairs
             checkpoint["lit_rag"]["algorithm"] = self.algorithm.state_dict()
 
@@ -450,6 +470,10 @@ class PolicyModule(LightningModule):
         algorithm_state = checkpoint.get("lit_rag", {}).get("algorithm")
         if algorithm_state is not None and callable(getattr(self.algorithm, "load_state_dict", None)):
             self.algorithm.load_state_dict(algorithm_state)
+        schedule = checkpoint.get("lit_rag", {}).get("schedule")
+        if schedule is not None:  # before configure_optimizers (most strategies) or after (FSDP, DeepSpeed)
+            self._stored_schedule = dict(schedule)
+            self._apply_stored_schedule()
         states = checkpoint.get("rng_states")
         if states:
             torch.set_rng_state(states["torch"])

@@ -6,9 +6,11 @@ the retriever's own files; loading checks the manifest against what the recipe e
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lit_rag.types import Passage
 
@@ -48,4 +50,66 @@ class Retriever(ABC):
     @classmethod
     @abstractmethod
     def load(cls, directory: str | Path) -> Retriever:
-        """Read an index written by :meth:`save`."""
+        """Read an index written by :meth:`save`.
+
+        A retriever whose index needs a model may take keyword options (``encoder``,
+        ``trust_manifest_encoder``); :func:`open_index` passes the ones ``load`` accepts.
+        """
+
+
+def check_search_args(queries: list[str], k: int) -> None:
+    """The checks every ``search`` makes before it touches an index.
+
+    Raises:
+        ValueError: ``k < 1``, or a query that is not valid Unicode text: a lone surrogate such
+            as ``'\\udcff'``, which is how Python decodes invalid UTF-8 bytes on a command line.
+            The message names the query.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    for query in queries:
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"query {query[:120]!r} holds {query[err.start]!r} at character {err.start}, a lone "
+                "surrogate (invalid UTF-8 bytes); queries must be valid Unicode text"
+            ) from None
+
+
+def open_index(directory: str | Path, **options: Any) -> Retriever:
+    """Open an index folder with the registered retriever its manifest names.
+
+    The kind is looked up among registered retrievers only (:func:`lit_rag.registry.load`):
+    an index is data and never chooses what gets imported.
+
+    Args:
+        directory: The index folder.
+        **options: Keyword options for the retriever's ``load`` (``encoder``,
+            ``trust_manifest_encoder``); each is passed only to a ``load`` that accepts it.
+
+    Raises:
+        IndexNotFoundError: No index at ``directory``.
+        IndexCorruptError: The manifest names a retriever kind that is not installed.
+    """
+    from lit_rag import registry
+    from lit_rag.retrieval.manifest import MANIFEST_NAME, IndexCorruptError, Manifest
+
+    manifest = Manifest.read(directory)
+    installed = registry.available("retriever")
+    if manifest.retriever not in installed:
+        raise IndexCorruptError(
+            f"{Path(directory) / MANIFEST_NAME}: retriever {manifest.retriever!r} is not an "
+            f"installed retriever; installed: {', '.join(installed) or 'none'} (an index names "
+            "a registered retriever, never a module to import)"
+        )
+    cls = registry.load("retriever", manifest.retriever)
+    return call_load(cls, directory, **options)
+
+
+def call_load(cls: type, directory: str | Path, **options: Any) -> Retriever:
+    """``cls.load(directory, **accepted)``: the ``options`` its ``load`` signature names."""
+    accepted = inspect.signature(cls.load).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return cls.load(directory, **options)
+    return cls.load(directory, **{k: v for k, v in options.items() if k in accepted})

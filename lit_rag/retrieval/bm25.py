@@ -13,19 +13,28 @@ empty query, or one made only of stopwords or unknown words, gets no hits.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lit_rag.retrieval.base import Hit, Retriever
+from lit_rag.retrieval.base import Hit, Retriever, check_search_args
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, write_corpus
-from lit_rag.retrieval.manifest import Manifest
+from lit_rag.retrieval.manifest import (
+    PASSAGES_NAME,
+    IndexCorruptError,
+    IndexMismatchError,
+    Manifest,
+)
 from lit_rag.types import Passage
 
-PASSAGES_NAME = "passages.jsonl"
 BM25S_DIR = "bm25s"
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+#: keys bm25s writes into params.index.json; anything else is refused before bm25s sees it
+#: (bm25s passes them to ``BM25.__init__``)
+BM25S_PARAMS = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype", "num_docs",
+                "version", "backend", "csc_backend")
 
 
 def _make_stemmer(name: str | None) -> Any | None:
@@ -41,6 +50,9 @@ def _make_stemmer(name: str | None) -> Any | None:
     except KeyError:
         allowed = ", ".join(Stemmer.algorithms())
         raise ValueError(f"unknown stemmer '{name}'; PyStemmer knows: {allowed}") from None
+
+
+_REBUILD = "rebuild the index (lit-rag index build)"
 
 
 def _looks_like_fingerprint(value: str) -> bool:
@@ -142,7 +154,10 @@ class BM25Retriever(Retriever):
         directory.mkdir(parents=True, exist_ok=True)
         self._bm25.save(str(directory / BM25S_DIR), show_progress=False)
         write_corpus(self.passages, directory / PASSAGES_NAME)
-        self.manifest.write(directory)
+        matrices = sorted(p.relative_to(directory).as_posix()
+                          for p in (directory / BM25S_DIR).iterdir() if p.is_file())
+        self.manifest.files = {}
+        self.manifest.write(directory, record=matrices)
 
     @classmethod
     def load(cls, directory: str | Path) -> BM25Retriever:
@@ -159,23 +174,25 @@ class BM25Retriever(Retriever):
         return retriever
 
     def _load(self, directory: str | Path) -> None:
-        import bm25s
-
+        """Read and check an index: manifest, passages, file sizes and hashes, matrices."""
+        directory = Path(directory)
         manifest = Manifest.read(directory)
         manifest.check({"retriever": self.kind}, where=directory)
         settings = manifest.settings
+        _check_settings(settings, directory)
         stemmer = settings.get("stemmer")
         self._stem = _make_stemmer(stemmer)
         if stemmer is not None and self._stem is None:
-            raise RuntimeError(
+            raise IndexMismatchError(
                 f"index {directory} was built with stemmer='{stemmer}' but PyStemmer is not "
                 "installed; pip install PyStemmer or rebuild the index with stemmer=None"
             )
+        passages = manifest.read_passages(directory)
+        manifest.check_files(directory)
+        bm25 = _read_bm25s(directory / BM25S_DIR)
+        _check_matrices(bm25, manifest, directory / BM25S_DIR)
         self.settings = dict(settings)
-        self._bm25 = bm25s.BM25.load(str(Path(directory) / BM25S_DIR), mmap=True,
-                                     show_progress=False)
-        self.passages = read_corpus(Path(directory) / PASSAGES_NAME, format="litrag")
-        self.manifest = manifest
+        self._bm25, self.passages, self.manifest = bm25, passages, manifest
 
     def _ensure_loaded(self) -> None:
         if self._bm25 is not None:
@@ -197,8 +214,7 @@ class BM25Retriever(Retriever):
         ``k`` is clipped to the corpus size; a query with no indexed term gets ``[]``. Ties are
         broken by corpus order, so results are deterministic.
         """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_search_args(queries, k)
         self._ensure_loaded()
         vocab = self._bm25.vocab_dict
         tokens = [[t for t in q if t in vocab] for q in self._tokenize(list(queries))]
@@ -218,3 +234,77 @@ class BM25Retriever(Retriever):
                 Hit(passage=self.passages[d], score=s, rank=r) for r, (s, d) in enumerate(ranked)
             ]
         return results
+
+
+def _check_settings(settings: dict[str, Any], directory: Path) -> None:
+    """The tokenizer settings queries are tokenized with must be there, with their types."""
+    wanted = {"lowercase": (bool,), "stopwords": (str, list, type(None)),
+              "stemmer": (str, type(None))}
+    for key, types in wanted.items():
+        if key not in settings or not isinstance(settings[key], types):
+            raise IndexCorruptError(
+                f"{directory / 'manifest.json'}: settings['{key}'] must be "
+                f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}, got "
+                f"{settings.get(key, '<missing>')!r:.40}; {_REBUILD}"
+            )
+
+
+def _read_bm25s(folder: Path) -> Any:
+    """``bm25s.BM25.load`` of a checked ``params.index.json``; library errors name the file.
+
+    Arrays are read with ``allow_pickle=False`` (a pickled array is refused, never run), the
+    retrieval backend is always numpy, and parameters bm25s does not write are refused.
+    """
+    import bm25s
+
+    params_path = folder / "params.index.json"
+    try:
+        params = json.loads(params_path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise IndexCorruptError(f"{params_path}: missing; {_REBUILD}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise IndexCorruptError(f"{params_path}: not valid JSON ({err}); {_REBUILD}") from None
+    unknown = sorted(set(params) - set(BM25S_PARAMS)) if isinstance(params, dict) else None
+    if unknown is None or unknown:
+        raise IndexCorruptError(
+            f"{params_path}: expected a JSON object with keys from {', '.join(BM25S_PARAMS)}; "
+            f"got {unknown if unknown else type(params).__name__}; {_REBUILD}"
+        )
+    try:
+        return bm25s.BM25.load(str(folder), mmap=True, allow_pickle=False, show_progress=False,
+                               backend="numpy")
+    # what numpy / bm25s raise on a damaged file (short array, bad header, vocab not a dict)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+        message = " ".join(str(err).split())[:200]
+        raise IndexCorruptError(
+            f"{folder}: the BM25 matrices cannot be read ({type(err).__name__}: {message}); "
+            f"{_REBUILD}"
+        ) from None
+
+
+def _check_matrices(bm25: Any, manifest: Manifest, folder: Path) -> None:
+    """Shapes of the memory-mapped CSC score matrix against the manifest and the vocabulary.
+
+    ``indptr`` has one entry per vocabulary column plus one; ``indptr[-1]`` is the number of
+    stored scores; ``num_docs`` (the matrix rows) is the passage count. Only sizes are read:
+    the matrices stay memory-mapped.
+    """
+    scores = bm25.scores
+    manifest.check_rows("the BM25 score matrix", int(scores.get("num_docs") or 0),
+                        folder / "params.index.json")
+    data, indices, indptr = scores["data"], scores["indices"], scores["indptr"]
+    columns = len(indptr) - 1
+    try:
+        top_id = max((v for t, v in bm25.vocab_dict.items() if t), default=-1)
+    except TypeError:  # a token id that is not a number
+        top_id = None
+    if not isinstance(top_id, int) or top_id >= columns:
+        raise IndexCorruptError(
+            f"{folder / 'vocab.index.json'}: token id {top_id} but the score matrix has "
+            f"{columns} columns (files from different builds); {_REBUILD}"
+        )
+    if len(indptr) == 0 or int(indptr[-1]) != len(data) or len(data) != len(indices):
+        raise IndexCorruptError(
+            f"{folder}: score matrix arrays disagree (data {len(data)}, indices {len(indices)}, "
+            f"indptr ends at {int(indptr[-1]) if len(indptr) else 'nothing'}); {_REBUILD}"
+        )

@@ -3,6 +3,11 @@
     lit-rag index build --corpus corpus.jsonl --retriever bm25 --out indexes/wiki-bm25
     lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
     lit-rag index eval indexes/wiki-bm25 --data hotpot_dev.json -k 1 5 10
+
+A build writes beside ``--out`` and swaps the finished index into place under a lock
+(:mod:`lit_rag.retrieval.storage`). ``search`` and ``eval`` open the retriever the manifest
+names among the registered ones; a dense (or hybrid) index built with another encoder than the
+bundled default needs ``--encoder PATH`` (or ``--trust-manifest-encoder``).
 """
 
 from __future__ import annotations
@@ -10,9 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 from lit_rag import registry
+from lit_rag.errors import InputError
+from lit_rag.retrieval.base import Retriever, check_search_args, open_index
+
+_ENCODER_HELP = ("dense and hybrid indexes: the encoder the index was built with (default: the "
+                 "bundled all-MiniLM-L6-v2)")
+_TRUST_HELP = ("load the encoder path the index's manifest records (an index is data: its "
+               "model path is not followed unless you allow it)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,10 +48,23 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--format", default="auto")
     evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
     evaluate.add_argument("--batch-size", type=int, default=64)
+    for command in (search, evaluate):
+        command.add_argument("--encoder", default=None, help=_ENCODER_HELP)
+        command.add_argument("--trust-manifest-encoder", action="store_true", help=_TRUST_HELP)
     return parser
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Option values argparse's types cannot check, as one-line errors."""
+    for k in args.k if isinstance(args.k, list) else [args.k]:
+        if k < 1:
+            raise InputError(f"-k: got {k}; expected an integer >= 1")
+    if getattr(args, "batch_size", 1) < 1:
+        raise InputError(f"--batch-size: got {args.batch_size}; expected an integer >= 1")
+
+
 def _retriever_class(kind: str) -> type:
+    """The class for ``--retriever`` as the user typed it (a registered name or a dotted path)."""
     return registry.resolve("retriever", kind)
 
 
@@ -63,33 +87,49 @@ def _dense_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def load_index(path: str):
-    """Open an index folder with the retriever its manifest names."""
-    from lit_rag.retrieval.manifest import Manifest
+def load_index(path: str, encoder: str | None = None,
+               trust_manifest_encoder: bool = False) -> Retriever:
+    """Open an index folder with the registered retriever its manifest names.
 
-    manifest = Manifest.read(path)
-    return _retriever_class(manifest.retriever).load(path)
+    Args:
+        path: The index folder.
+        encoder: The encoder for a dense (or hybrid) index; see ``DenseRetriever.load``.
+        trust_manifest_encoder: Load the encoder path the manifest records instead.
+    """
+    return open_index(path, encoder=encoder, trust_manifest_encoder=trust_manifest_encoder)
 
 
 def build(args: argparse.Namespace) -> None:
     from lit_rag.retrieval.corpus import read_corpus
+    from lit_rag.retrieval.storage import atomic_index_dir
 
-    passages = read_corpus(args.corpus, args.format)
     retriever = _new_retriever(args)
-    for part in [retriever, *getattr(retriever, "retrievers", [])]:
-        part.show_progress = True
-    started = time.perf_counter()
-    retriever.build(passages)
-    retriever.save(args.out)
+    with atomic_index_dir(args.out) as folder:  # takes the lock before the (long) build
+        passages = read_corpus(args.corpus, args.format)
+        for part in [retriever, *getattr(retriever, "retrievers", [])]:
+            part.show_progress = True
+        started = time.perf_counter()
+        retriever.build(passages)
+        retriever.save(folder)
     print(f"indexed {len(passages)} passages with {args.retriever} in {time.perf_counter() - started:.1f} s -> {args.out}")
 
 
 def search(args: argparse.Namespace) -> None:
-    retriever = load_index(args.index)
-    (hits,) = retriever.search([" ".join(args.query)], args.k)
+    query = " ".join(args.query)
+    _check_query(query)
+    retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
+    (hits,) = retriever.search([query], args.k)
     for hit in hits:
         text = hit.passage.text if len(hit.passage.text) <= 160 else hit.passage.text[:157] + "..."
-        print(f"{hit.rank + 1:>3}  {hit.score:8.3f}  {hit.passage.id}  {hit.passage.title}: {text}")
+        line = f"{hit.rank + 1:>3}  {hit.score:8.3f}  {hit.passage.id}  {hit.passage.title}: {text}"
+        print(line.encode("utf-8", "backslashreplace").decode("utf-8"))  # any text prints
+
+
+def _check_query(query: str) -> None:
+    try:
+        check_search_args([query], 1)
+    except ValueError as err:
+        raise InputError(f"{err} (the command line held bytes that are not UTF-8)") from None
 
 
 def evaluate(args: argparse.Namespace) -> dict:
@@ -99,8 +139,8 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     examples = [ex for ex in read_examples(args.data, args.format) if ex.gold_ids]
     if not examples:
-        raise ValueError(f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids")
-    retriever = load_index(args.index)
+        raise InputError(f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids")
+    retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
     depth = max(args.k)
     metrics = {f"recall@{k}": RecallAtK(k) for k in args.k}
     metrics.update({f"full_recall@{k}": FullRecallAtK(k) for k in args.k})
@@ -121,4 +161,6 @@ def evaluate(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str]) -> None:
     args = _parser().parse_args(argv)
+    if args.command != "build":
+        _check_args(args)
     {"build": build, "search": search, "eval": evaluate}[args.command](args)

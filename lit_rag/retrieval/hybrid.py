@@ -5,15 +5,25 @@ RRF (Cormack, Clarke and Buettcher, SIGIR 2009): each passage scores
 retrievers that returned it; ``k = 60`` as in the paper. Passages are fused by id. Ties are
 broken by the best single rank the passage reached in any child, then by id, so the order is
 deterministic whatever order the children are listed in.
+
+A saved hybrid index is one folder per child (``0-bm25``, ``1-dense``) and a manifest naming
+each child's folder and registered kind. Loading resolves those kinds through the registry only
+and opens only folders directly inside the index, so the manifest cannot choose an import.
 """
 
 from __future__ import annotations
 
-import importlib
+import re
 from pathlib import Path
+from typing import Any
 
-from lit_rag.retrieval.base import Hit, Retriever
+from lit_rag.retrieval.base import Hit, Retriever, check_search_args, open_index
+from lit_rag.retrieval.manifest import MANIFEST_NAME, IndexCorruptError, Manifest
 from lit_rag.types import Passage
+
+#: a child folder is a plain name inside the hybrid index folder (no separators, no "..")
+_FOLDER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_REBUILD = "rebuild the index (lit-rag index build)"
 
 def reciprocal_rank_fusion(rankings: list[list[Hit]], k: float = 60) -> list[Hit]:
     """Fuse several rankings of one query into one, best first.
@@ -64,9 +74,14 @@ class HybridRetriever(Retriever):
             child.build(passages)
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` fused hits per query; an empty query gives no hits."""
-        if k < 1 or not queries:
-            return [[] for _ in queries]
+        """Top-``k`` fused hits per query; an empty query gives no hits.
+
+        Raises:
+            ValueError: ``k < 1``, or a query with a lone surrogate (names the query).
+        """
+        check_search_args(queries, k)
+        if not queries:
+            return []
         depth = max(self.depth, k)
         per_child = [child.search(queries, depth) for child in self.retrievers]
         results = []
@@ -88,10 +103,8 @@ class HybridRetriever(Retriever):
         names = [f"{i}-{c.kind or type(c).__name__}" for i, c in enumerate(self.retrievers)]
         for name, child in zip(names, self.retrievers):
             child.save(directory / name)
-        children = [
-            {"folder": n, "kind": c.kind, "class": f"{type(c).__module__}.{type(c).__qualname__}"}
-            for n, c in zip(names, self.retrievers)
-        ]
+        # the registered kind only: a dotted class path here would let an index choose an import
+        children = [{"folder": n, "kind": c.kind} for n, c in zip(names, self.retrievers)]
         settings = {"k": self.k, "depth": self.depth, "children": children}
         passages = getattr(self.retrievers[0], "passages", None) or []
         Manifest(
@@ -103,18 +116,87 @@ class HybridRetriever(Retriever):
         ).write(directory)
 
     @classmethod
-    def load(cls, directory: str | Path) -> HybridRetriever:
-        """Read a folder written by :meth:`save`, loading each child with its own class."""
-        from lit_rag.retrieval.manifest import Manifest
+    def load(cls, directory: str | Path, encoder: str | None = None,
+             trust_manifest_encoder: bool = False) -> HybridRetriever:
+        """Read a folder written by :meth:`save`; each child opens with its registered kind.
 
+        Args:
+            directory: The index folder.
+            encoder: Passed to each child whose ``load`` takes it (the dense child).
+            trust_manifest_encoder: Likewise (see :class:`~lit_rag.retrieval.dense.DenseRetriever`).
+
+        Raises:
+            IndexNotFoundError: No index at ``directory``.
+            IndexCorruptError: A child folder or kind that is not allowed or not installed, or a
+                child built over another corpus than the hybrid records.
+        """
         directory = Path(directory)
         manifest = Manifest.read(directory)  # IndexNotFoundError when the folder is not an index
         manifest.check({"retriever": cls.kind}, where=directory)
-        settings = manifest.settings
+        options = {"encoder": encoder, "trust_manifest_encoder": trust_manifest_encoder}
         children = []
-        for child in settings["children"]:
-            module_name, _, attr = child["class"].rpartition(".")
-            child_cls = getattr(importlib.import_module(module_name), attr)
-            children.append(child_cls.load(directory / child["folder"]))
-        return cls(children, k=settings["k"], depth=settings["depth"])
+        for folder, kind in _children(manifest, directory):
+            child_dir = directory / folder
+            child_manifest = Manifest.read(child_dir)
+            if child_manifest.retriever != kind:
+                raise IndexCorruptError(
+                    f"{child_dir / MANIFEST_NAME}: retriever {child_manifest.retriever!r}, but "
+                    f"{directory / MANIFEST_NAME} records kind {kind!r} for it; {_REBUILD}"
+                )
+            _check_same_corpus(manifest, child_manifest, directory, child_dir)
+            children.append(open_index(child_dir, **options))
+        try:
+            return cls(children, k=manifest.settings.get("k", 60),
+                       depth=manifest.settings.get("depth", 100))
+        except (TypeError, ValueError) as err:
+            raise IndexCorruptError(f"{directory / MANIFEST_NAME}: bad settings ({err}); {_REBUILD}") from None
 
+
+def _children(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
+    """``(folder, kind)`` of each child, checked: plain folder names, string kinds.
+
+    The ``class`` a lit-rag 0.1.0 manifest also wrote is ignored: the kind, looked up in the
+    registry, decides the class.
+    """
+    where = directory / MANIFEST_NAME
+    spec = manifest.settings.get("children")
+    if not isinstance(spec, list) or len(spec) < 2:
+        raise IndexCorruptError(
+            f"{where}: settings['children'] must list two or more children, got {spec!r:.60}; "
+            f"{_REBUILD}"
+        )
+    out = []
+    for child in spec:
+        folder = child.get("folder") if isinstance(child, dict) else None
+        kind = child.get("kind") if isinstance(child, dict) else None
+        if (not isinstance(folder, str) or not _FOLDER.fullmatch(folder)
+                or (directory / folder).is_symlink()):
+            raise IndexCorruptError(
+                f"{where}: child folder {folder!r} must be a plain folder name inside the index "
+                f"(letters, digits, _ . -; not a link); {_REBUILD}"
+            )
+        if not isinstance(kind, str) or not kind:
+            raise IndexCorruptError(f"{where}: child {folder!r} needs a retriever kind, got {kind!r}")
+        out.append((folder, kind))
+    return out
+
+
+def _check_same_corpus(parent: Manifest, child: Manifest, directory: Path, child_dir: Path) -> None:
+    """Each child must index the corpus the hybrid records (same count and fingerprint; a
+    fingerprint recorded as ``""``, by a retriever that keeps no passages, is not compared)."""
+    pairs: list[tuple[str, Any, Any]] = [
+        ("passage_count", child.passage_count, parent.passage_count),
+        ("corpus_fingerprint", child.corpus_fingerprint, parent.corpus_fingerprint),
+    ]
+    for key, have, want in pairs:
+        if "" not in (have, want) and have != want:
+            raise IndexCorruptError(
+                f"{child_dir / MANIFEST_NAME}: {key}={_short(have)} but "
+                f"{directory / MANIFEST_NAME} records {key}={_short(want)} (a child from another "
+                f"build); {_REBUILD}"
+            )
+
+
+def _short(value: Any) -> str:
+    """A fingerprint as its first 12 hex digits (enough to tell two apart), anything else as is."""
+    return f"{value[:12]}..." if isinstance(value, str) and len(value) > 16 else repr(value)

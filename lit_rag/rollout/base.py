@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from lit_rag.errors import InputError
+
 
 @dataclass
 class SamplingParams:
@@ -27,6 +29,19 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     stop: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:  # 0 is greedy; a negative value used to be taken as greedy silently
+            problems.append(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            problems.append(f"top_k must be >= 0 (0: off), got {self.top_k}")
+        if problems:
+            raise InputError(f"sampling: {'; '.join(problems)}")
 
     @property
     def greedy(self) -> bool:
@@ -99,7 +114,7 @@ class RolloutEngine(ABC):
         queue = self._take_queue()
         groups: dict[str, list[tuple[int, list[int], SamplingParams]]] = {}
         for item in queue:
-            groups.setdefault(repr(replace(item[2], max_new_tokens=0)), []).append(item)
+            groups.setdefault(repr(replace(item[2], max_new_tokens=1)), []).append(item)  # the key: all but the budget
         done: list[tuple[int, Generation]] = []
         for items in groups.values():
             widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))

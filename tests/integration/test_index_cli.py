@@ -74,3 +74,46 @@ def test_index_from_another_corpus_is_one_line(tmp_path, world_files, capsys):
     with pytest.raises(IndexMismatchError) as info:
         retriever.search(["Arden"], 3)
     assert "\n" not in str(info.value) and "corpus" in str(info.value)
+
+
+def _tiny_encoder(folder):
+    """A 1-layer, 16-wide random BERT (plain HF folder, no download)."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    words = ["arden", "city", "river", "founded", "mills", "the", "of", "in"]
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=4 + len(words), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
+    return str(folder)
+
+
+def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files, capsys):
+    pytest.importorskip("faiss")
+    pytest.importorskip("sentence_transformers")
+    corpus, questions = world_files
+    encoder = _tiny_encoder(tmp_path / "enc")
+    index = tmp_path / "hyb"
+    main(["index", "build", "--corpus", str(corpus), "--retriever", "hybrid",
+          "--encoder", encoder, "--out", str(index)])
+    capsys.readouterr()
+    # the manifest's encoder path is not followed unasked: one line saying how to pass it
+    with pytest.raises(SystemExit) as info:
+        main(["index", "search", str(index), "Arden"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1
+    assert f"was built with encoder '{encoder}'; pass that encoder" in err[0]
+    main(["index", "search", str(index), "Arden", "-k", "3", "--encoder", encoder])
+    passed = capsys.readouterr().out
+    main(["index", "search", str(index), "Arden", "-k", "3", "--trust-manifest-encoder"])
+    assert capsys.readouterr().out == passed and len(passed.splitlines()) == 3
+    main(["index", "eval", str(index), "--data", str(questions), "-k", "5", "--encoder", encoder])
+    assert json.loads(capsys.readouterr().out)["queries"] == 20
+    for k in ("0", "-1"):
+        with pytest.raises(SystemExit):
+            main(["index", "search", str(index), "Arden", "-k", k, "--encoder", encoder])
+        assert capsys.readouterr().err.strip() == f"lit-rag: error: -k: got {k}; expected an integer >= 1"

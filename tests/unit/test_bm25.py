@@ -109,6 +109,19 @@ def test_without_pystemmer_stemming_is_off_and_recorded(monkeypatch: pytest.Monk
     assert retriever.search(["swimming"], k=2) == [[]]
 
 
+def test_stemmed_index_without_pystemmer_is_one_line(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("Stemmer")
+    stemmed = BM25Retriever()
+    stemmed.build(CORPUS)
+    stemmed.save(tmp_path / "idx")
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # this machine has no PyStemmer
+    with pytest.raises(IndexMismatchError, match="built with stemmer='english' but PyStemmer "
+                                                 "is not installed") as info:
+        BM25Retriever.load(tmp_path / "idx")
+    assert "\n" not in str(info.value)
+
+
 def test_save_load_round_trip_identical_and_memory_mapped(
     bm25: BM25Retriever, tmp_path: Path
 ) -> None:
@@ -122,6 +135,11 @@ def test_save_load_round_trip_identical_and_memory_mapped(
     assert manifest.passage_count == 4
     assert manifest.corpus_fingerprint == corpus_fingerprint(CORPUS)
     assert manifest.settings["k1"] == 1.5 and manifest.settings["method"] == "lucene"
+    # every matrix file is recorded with its size and SHA-256 (all are small here)
+    assert sorted(manifest.files) == [
+        "bm25s/data.csc.index.npy", "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy",
+        "bm25s/params.index.json", "bm25s/vocab.index.json"]
+    assert all(set(v) == {"bytes", "sha256"} for v in manifest.files.values())
 
 
 def test_lazy_index_and_expected_corpus(bm25: BM25Retriever, tmp_path: Path) -> None:

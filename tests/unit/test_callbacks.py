@@ -99,3 +99,26 @@ def test_sample_logger_writes_jsonl(tmp_path):
     assert rows[0] == {"step": 5, "example_id": "q1", "group": 0, "completion": "<answer>Kessa</answer>",
                        "answers": ["Kessa"], "truncated": False, "reward": 1.0,
                        "components": {"accuracy": 1.0}, "prompt": "P"}
+
+
+def test_adapted_beta_round_trips_through_a_checkpoint(tmp_path):
+    # target 0.1, KL 0.2 twice: e = +0.2 each step; beta 0.1 -> 0.102 -> 0.102 x 1.02 = 0.10404
+    trainer, module = SimpleNamespace(should_stop=False, global_step=0), FakeModule(beta=0.1)
+    monitor = KLMonitor(warn_above=None, stop_above=0.5, patience=3, target=0.1)
+    step(monitor, trainer, module, 0.2)
+    step(monitor, trainer, module, 0.6)  # also above stop_above: above = 1
+    # e = clip(0.6 / 0.1 - 1) = +0.2 again: 0.102 x 1.02 = 0.10404
+    torch.save(monitor.state_dict(), tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)  # plain numbers only
+    assert state["beta"] == pytest.approx(0.10404) and state["above"] == 1
+    resumed, fresh = KLMonitor(warn_above=None, stop_above=0.5, patience=3, target=0.1), FakeModule(beta=0.1)
+    resumed.load_state_dict(state)
+    assert fresh.algorithm.beta == 0.1  # the module is not at hand in load_state_dict...
+    resumed.on_train_start(trainer, fresh)  # ...Lightning has restored everything by train start
+    assert fresh.algorithm.beta == pytest.approx(0.10404)
+    assert resumed.above == 1 and resumed.history == monitor.history
+    # a resumed run that no longer adapts (target None) keeps the recipe's beta
+    fixed, other = KLMonitor(warn_above=None), FakeModule(beta=0.1)
+    fixed.load_state_dict(state)
+    fixed.on_train_start(trainer, other)
+    assert other.algorithm.beta == 0.1

@@ -1,5 +1,6 @@
 """Dense retriever on a tiny random BERT (no downloads): flat / hnsw / ivf, edge cases,
-save/load round trip, encoder mismatch."""
+save/load round trip, encoder mismatch, and the encoder a manifest records is not followed
+unasked."""
 
 from __future__ import annotations
 
@@ -94,7 +95,13 @@ def test_empty_unicode_and_large_k(tiny_encoder):
     assert len(unicode) == len(normal) == len(PASSAGES)
     assert {h.passage.id for h in normal} == {p.id for p in PASSAGES}
     assert retriever.search([], 5) == []
-    assert retriever.search(["paris"], 0) == [[]]
+    for k in (0, -1):  # as bm25 does: a bad k is an error, not an empty answer
+        with pytest.raises(ValueError, match=f"k must be >= 1, got {k}"):
+            retriever.search(["paris"], k)
+    # a lone surrogate (invalid UTF-8 bytes decoded by Python) fails naming the query, before
+    # the tokenizer's TypeError
+    with pytest.raises(ValueError, match=r"query 'paris \\udcff' holds '\\udcff'"):
+        retriever.search(["paris \udcff"], 3)
 
 
 def test_save_load_round_trip_is_identical(tiny_encoder, tmp_path):
@@ -108,7 +115,7 @@ def test_save_load_round_trip_is_identical(tiny_encoder, tmp_path):
         queries = ["paris music", "river bridge", "Ünïcödé"]
         before = retriever.search(queries, 4)
 
-        loaded = DenseRetriever.load(folder)
+        loaded = DenseRetriever.load(folder, encoder=tiny_encoder)
         assert loaded.passages == PASSAGES
         assert (loaded.query_prefix, loaded.passage_prefix) == ("query: ", "passage: ")
         assert loaded.search(queries, 4) == before
@@ -123,6 +130,41 @@ def test_load_with_other_encoder_fails(tiny_encoder, tmp_path):
         DenseRetriever.load(tmp_path / "idx", encoder="/models/e5-small")
     with pytest.raises(IndexMismatchError, match="encoder="):
         DenseRetriever(index=str(tmp_path / "idx"), encoder="/models/e5-small").search(["x"], 1)
+
+
+def test_manifest_encoder_needs_the_users_consent(tiny_encoder, tmp_path):
+    built(tiny_encoder).save(tmp_path / "idx")
+    # not passed, not allowed: the path in the manifest is named, not loaded
+    with pytest.raises(IndexMismatchError, match=f"was built with encoder '{tiny_encoder}'; "
+                                                 "pass that encoder") as info:
+        DenseRetriever.load(tmp_path / "idx")
+    assert "--trust-manifest-encoder" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(IndexMismatchError, match="was built with encoder"):
+        DenseRetriever(index=str(tmp_path / "idx")).search(["paris"], 1)
+    # allowed: the recorded path is loaded
+    trusted = DenseRetriever.load(tmp_path / "idx", trust_manifest_encoder=True)
+    assert trusted.encoder_path == tiny_encoder
+    lazy = DenseRetriever(index=str(tmp_path / "idx"), trust_manifest_encoder=True)
+    assert lazy.search(["paris music"], 2) == trusted.search(["paris music"], 2)
+
+
+def test_recorded_pkg_path_is_compared_never_imported(tiny_encoder, tmp_path, monkeypatch):
+    # pkg://a.b/... would import package "a" if resolved (importlib finds "a.b" through "a")
+    import json
+    import sys
+
+    planted = tmp_path / "site"
+    planted.mkdir()
+    (planted / "planted_enc.py").write_text("raise SystemExit('planted_enc was imported')\n")
+    monkeypatch.syspath_prepend(str(planted))
+    built(tiny_encoder).save(tmp_path / "idx")
+    path = tmp_path / "idx" / "manifest.json"
+    data = json.loads(path.read_text())
+    data["encoder"] = "pkg://planted_enc.sub/model"
+    path.write_text(json.dumps(data))
+    with pytest.raises(IndexMismatchError, match="has encoder='pkg://planted_enc.sub/model'"):
+        DenseRetriever.load(tmp_path / "idx", encoder=tiny_encoder)
+    assert "planted_enc" not in sys.modules
 
 
 def test_missing_index_folder(tmp_path):

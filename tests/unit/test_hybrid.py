@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from lit_rag import registry
 from lit_rag.retrieval.base import Hit, Retriever
 from lit_rag.retrieval.hybrid import HybridRetriever, reciprocal_rank_fusion
-from lit_rag.retrieval.manifest import IndexMismatchError, Manifest
+from lit_rag.retrieval.manifest import IndexCorruptError, IndexMismatchError, Manifest
 from lit_rag.types import Passage
 
 CORPUS = {pid: Passage(pid, pid.upper(), f"text of {pid}") for pid in "abcdef"}
@@ -41,6 +43,20 @@ class FixedRetriever(Retriever):
     @classmethod
     def load(cls, directory: str | Path) -> FixedRetriever:
         return cls(json.loads((Path(directory) / "order.json").read_text()))
+
+
+@pytest.fixture
+def fixed_registered(monkeypatch: pytest.MonkeyPatch):
+    """Register FixedRetriever as retriever ``fixed`` (a hybrid loads children by kind only)."""
+    real = registry._entry_points
+    fixed = metadata.EntryPoint("fixed", f"{__name__}:FixedRetriever", "lit_rag.retrievers")
+    monkeypatch.setattr(
+        registry, "_entry_points",
+        lambda group: real(group) + ([fixed] if group == "lit_rag.retrievers" else []),
+    )
+    registry.clear_cache()
+    yield
+    registry.clear_cache()
 
 
 def ranking(order: str) -> list[Hit]:
@@ -93,20 +109,72 @@ def test_hybrid_search_depth_k_and_empty_queries():
     assert [h.passage.id for h in everything] == ["b", "a", "d", "c"]  # 4 distinct passages
 
 
+def test_hybrid_search_refuses_k_below_1_and_lone_surrogates():
+    hybrid = HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")])
+    for k in (0, -1):
+        with pytest.raises(ValueError, match=f"k must be >= 1, got {k}"):
+            hybrid.search(["q"], k)
+    with pytest.raises(ValueError, match=r"query 'q \\udcff' holds '\\udcff' at character 2"):
+        hybrid.search(["q \udcff"], 3)
+
+
 def test_hybrid_needs_two_retrievers():
     with pytest.raises(ValueError, match="retrievers: got 1; hybrid fuses two or more"):
         HybridRetriever([FixedRetriever("a")])
 
 
-def test_hybrid_save_load_round_trip(tmp_path):
+def test_hybrid_save_load_round_trip(tmp_path, fixed_registered):
     hybrid = HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")], k=10, depth=5)
     hybrid.save(tmp_path / "idx")
     manifest = Manifest.read(tmp_path / "idx")
     assert manifest.retriever == "hybrid"
-    assert [c["folder"] for c in manifest.settings["children"]] == ["0-fixed", "1-fixed"]
+    # folder and registered kind only: no dotted class path an index could point elsewhere
+    assert manifest.settings["children"] == [{"folder": "0-fixed", "kind": "fixed"},
+                                             {"folder": "1-fixed", "kind": "fixed"}]
     loaded = HybridRetriever.load(tmp_path / "idx")
     assert (loaded.k, loaded.depth) == (10, 5)
     assert loaded.search(["q"], 3) == hybrid.search(["q"], 3)
+
+
+def test_hybrid_ignores_the_class_of_old_manifests(tmp_path, fixed_registered):
+    # lit-rag 0.1.0 also wrote each child's dotted class; loading now goes by kind only, so a
+    # class naming a module that does not exist changes nothing
+    HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
+    path = tmp_path / "idx" / "manifest.json"
+    data = json.loads(path.read_text())
+    for child in data["settings"]["children"]:
+        child["class"] = "no_such_module_anywhere.Evil"
+    path.write_text(json.dumps(data))
+    (hits,) = HybridRetriever.load(tmp_path / "idx").search(["q"], 2)
+    assert [h.passage.id for h in hits] == ["b", "a"]
+
+
+def test_hybrid_child_kind_must_be_registered(tmp_path):
+    # "fixed" is not registered here: the kind is looked up in the registry, never imported
+    HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
+    with pytest.raises(IndexCorruptError, match="retriever 'fixed' is not an installed "
+                                                "retriever; installed: bm25, dense, hybrid"):
+        HybridRetriever.load(tmp_path / "idx")
+
+
+@pytest.mark.parametrize("folder", ["../elsewhere", ".", "/tmp", "a/b", ""])
+def test_hybrid_child_folder_stays_inside_the_index(tmp_path, fixed_registered, folder):
+    HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
+    path = tmp_path / "idx" / "manifest.json"
+    data = json.loads(path.read_text())
+    data["settings"]["children"][0]["folder"] = folder
+    path.write_text(json.dumps(data))
+    with pytest.raises(IndexCorruptError, match="must be a plain folder name inside the index"):
+        HybridRetriever.load(tmp_path / "idx")
+
+
+def test_hybrid_child_of_another_corpus(tmp_path, fixed_registered):
+    HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
+    child = tmp_path / "idx" / "1-fixed"
+    Manifest("fixed", None, "", 5).write(child)  # 5 passages; the hybrid records 6
+    with pytest.raises(IndexCorruptError, match=r"1-fixed/manifest.json: passage_count=5 but "
+                                                r".*idx/manifest.json records passage_count=6"):
+        HybridRetriever.load(tmp_path / "idx")
 
 
 def test_hybrid_load_refuses_other_kind(tmp_path):

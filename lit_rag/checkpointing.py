@@ -1,0 +1,319 @@
+"""Checkpoint files that a kill cannot break, and one-line errors for the ones that are broken.
+
+Lightning's ``TorchCheckpointIO`` saves through an fsspec transaction: ``torch.save`` into
+memory, then a staging file from ``tempfile.mkstemp()`` (in ``TMPDIR``), then ``shutil.move``
+onto the destination. With ``TMPDIR`` on another filesystem (a tmpfs, as on many clusters) the
+move is a copy: a kill during it leaves a truncated ``last.ckpt`` (0 bytes when the kill comes
+right after the destination is opened) that no resume can read, and a kill before it leaves
+the staging file in ``TMPDIR`` for good.
+
+:class:`AtomicCheckpointIO` writes the checkpoint into a hidden file in the destination's own
+folder (``.last.ckpt.tmp-HOST-PID``), flushes and fsyncs it, renames it onto the destination
+(``os.replace``: atomic within one filesystem) and fsyncs the folder. At any moment the
+destination is the previous complete checkpoint or the new complete one; nothing goes to
+``TMPDIR``. A staging file left by a killed writer is removed by the next save into that
+folder. Loading turns a missing, empty, truncated or foreign file into one
+:class:`~lit_rag.errors.InputError` line naming the file and what is wrong.
+
+:func:`use_atomic_checkpoints` installs it on a Trainer (the ``lit-rag`` command does so).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.cloud_io import _load as _torch_load
+from lightning.fabric.utilities.types import _PATH
+
+from lit_rag.errors import InputError
+
+#: marks a staging file: ``.NAME.tmp-HOST-PID`` beside ``NAME``
+TEMP_MARK = ".tmp-"
+_TEMP_NAME = re.compile(r"^\..+\.tmp-(?P<host>.+)-(?P<pid>\d+)$")
+#: a staging file of another host untouched this long belongs to a dead writer (a live one is
+#: renamed milliseconds after its last write and fsync)
+FOREIGN_STALE_S = 3600.0
+_HOST = socket.gethostname()
+_IN_FLIGHT: set[Path] = set()  # this process's staging files being written (AsyncCheckpointIO: a thread)
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` whose saves are atomic on local disks and whose loads fail in one line.
+
+    Remote paths (``s3://``, ``gs://``...) keep Lightning's save, which uploads in one
+    request or transaction. Loading keeps Lightning's ``weights_only`` and ``map_location``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+        """Write ``checkpoint`` to ``path`` through a staging file in the same folder.
+
+        Raises:
+            TypeError: ``storage_options`` was given (as Lightning's ``TorchCheckpointIO``).
+        """
+        local = _local_path(path)
+        if local is None:
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError(f"`storage_options` is not supported by {type(self).__name__}")
+        atomic_save(checkpoint, local)
+
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        map_location: Callable | None = lambda storage, loc: storage,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Lightning's ``torch.load`` of ``path``, with a readable error for a file that is not a checkpoint.
+
+        Raises:
+            InputError: ``path`` is missing, a folder, empty, truncated or not a torch checkpoint.
+        """
+        local = _local_path(path)
+        if local is None:
+            return super().load_checkpoint(path, map_location, weights_only)
+        check_checkpoint_file(local)
+        try:
+            return _torch_load(str(local), map_location=map_location, weights_only=weights_only)
+        except Exception as exc:  # EOFError, RuntimeError, OSError, UnpicklingError, KeyError...
+            raise load_error(local, exc) from exc
+
+
+def atomic_save(checkpoint: Any, path: Path) -> None:
+    """``torch.save(checkpoint, path)`` so that ``path`` is never partly written.
+
+    The bytes go to ``.NAME.tmp-HOST-PID`` in ``path``'s folder, are flushed and fsynced, and
+    the file is renamed onto ``path``; the folder is fsynced so the rename survives a crash.
+    """
+    path = Path(path)
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(folder)
+    temp = _claim_temp(path)
+    try:
+        with open(temp, "xb") as f:  # x: never through a link left under this name
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+        _fsync_folder(folder)
+    except BaseException:  # an exception, not a kill: leave nothing behind
+        temp.unlink(missing_ok=True)
+        raise
+    finally:
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.discard(temp)
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete the staging files in ``folder`` whose writer is gone; returns them.
+
+    A writer is gone when it ran on this host and its process no longer exists (or it is this
+    process, which is not writing that file now: a restarted container reuses its PIDs), or
+    when it ran on another host and the file has not changed for ``FOREIGN_STALE_S``.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        if match is None:
+            continue
+        path, pid = Path(entry.path), int(match["pid"])
+        if match["host"] == _HOST:
+            with _IN_FLIGHT_LOCK:
+                stale = path not in _IN_FLIGHT if pid == os.getpid() else not _alive(pid)
+        else:
+            try:
+                stale = time.time() - entry.stat(follow_symlinks=False).st_mtime > FOREIGN_STALE_S
+            except OSError:
+                continue
+        if stale:
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass  # another process removed or renamed it first
+    return removed
+
+
+def check_checkpoint_file(path: _PATH) -> None:
+    """Fail in one line when ``path`` cannot be a checkpoint file: missing, a folder or empty.
+
+    Raises:
+        InputError: naming the path and what is wrong.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"checkpoint {path} does not exist; give the path of a .ckpt file (e.g. last.ckpt of the run)")
+    if path.is_dir():
+        raise InputError(f"checkpoint {path} is a folder, not a checkpoint file (a sharded FSDP or DeepSpeed "
+                         "checkpoint loads only under its own strategy)")
+    if path.stat().st_size == 0:
+        raise load_error(path, EOFError())
+
+
+def load_error(path: _PATH, exc: BaseException) -> InputError:
+    """The one-line error for a checkpoint file that ``torch.load`` raised ``exc`` on.
+
+    Example: ``checkpoint runs/last.ckpt is truncated or not a torch checkpoint (1322 bytes, no
+    zip directory at its end; torch.load: RuntimeError: PytorchStreamReader failed reading zip
+    archive: failed finding central directory)``.
+    """
+    path = Path(path)
+    detail = _detail(exc)
+    if path.is_file() and path.stat().st_size == 0:
+        return InputError(f"checkpoint {path} is empty (0 bytes): its save was interrupted; "
+                          "resume from an earlier checkpoint")
+    if path.is_file() and not zipfile.is_zipfile(path):  # torch.save writes a zip; its directory is at the end
+        return InputError(f"checkpoint {path} is truncated or not a torch checkpoint ({path.stat().st_size} bytes, "
+                          f"no zip directory at its end; torch.load: {detail})")
+    if "Unsupported global" in detail:  # a complete file holding objects, not only tensors
+        return InputError(f"checkpoint {path} holds objects that torch.load(weights_only=True) refuses ({detail}); "
+                          "load it with weights_only=False only if you trust its source")
+    return InputError(f"checkpoint {path} cannot be read by torch.load ({detail})")
+
+
+def _detail(exc: BaseException, limit: int = 160) -> str:
+    """The first sentence of a load error's cause, on one line, without terminal colour codes.
+
+    torch's weights-only errors open with a paragraph on the changed default; the cause follows
+    ``WeightsUnpickler error:``.
+    """
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).split())
+    _, mark, cause = text.partition("WeightsUnpickler error:")
+    if mark:
+        text = mark + " " + cause.split(" Check the documentation")[0].strip()
+    text = text.split(". ")[0]  # the first sentence: the rest is advice on torch's own API
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def use_atomic_checkpoints(trainer) -> None:
+    """Make ``trainer``'s checkpoint files atomic (what ``lit-rag fit`` does after building the Trainer).
+
+    Installs :class:`AtomicCheckpointIO` as the strategy's checkpoint IO, unless the user
+    configured one (a ``CheckpointIO`` plugin: kept as it is; an ``AsyncCheckpointIO`` without
+    a base: ours becomes its base), and makes ``ModelCheckpoint(save_last="link")`` swap the
+    ``last.ckpt`` link in atomically too (Lightning deletes it, then links: a kill in between
+    leaves no ``last.ckpt``).
+
+    DeepSpeed is left alone: it saves a folder per checkpoint through its engine, not through a
+    checkpoint IO. FSDP with ``state_dict_type="full"`` (the default) saves the gathered
+    checkpoint from rank 0 through the checkpoint IO, so its saves are atomic; it loads
+    through its own lazy loader, so a broken file fails with torch's error there (the
+    ``lit-rag`` command reads ``--ckpt_path`` first and reports it in one line). FSDP's
+    ``sharded`` checkpoints are folders written by ``torch.distributed.checkpoint``, not atomic.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins.io.wrapper import _WrappingCheckpointIO
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    strategy = trainer.strategy
+    if isinstance(strategy, DeepSpeedStrategy):
+        return
+    current = strategy._checkpoint_io  # private: the public property creates the default on read
+    if current is None:
+        strategy.checkpoint_io = AtomicCheckpointIO()
+    elif isinstance(current, _WrappingCheckpointIO) and current.checkpoint_io is None:
+        current.checkpoint_io = AtomicCheckpointIO()
+    else:
+        return  # the user's own checkpoint IO
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and type(callback)._link_checkpoint is ModelCheckpoint._link_checkpoint:
+            callback._link_checkpoint = _link_atomically  # an instance attribute: called unbound, like the staticmethod
+
+
+def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
+    """``ModelCheckpoint._link_checkpoint`` (``save_last="link"``) with the new link renamed over the old.
+
+    The link is made under a staging name and ``os.replace``-d onto ``linkpath``, so
+    ``last.ckpt`` points at the previous checkpoint or the new one, never at nothing. Where
+    symlinks are refused (Windows without the privilege) the staging file is a copy, as in
+    Lightning, renamed the same way.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if os.path.isdir(linkpath) and not os.path.islink(linkpath):  # a sharded checkpoint folder: Lightning's way
+        return ModelCheckpoint._link_checkpoint(trainer, filepath, linkpath)
+    if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+        link = Path(linkpath)
+        remove_stale_temps(link.parent)
+        temp = _claim_temp(link)
+        try:
+            try:
+                os.symlink(os.path.relpath(filepath, link.parent), temp)
+            except OSError:
+                shutil.copyfile(filepath, temp)
+                with open(temp, "rb") as f:
+                    os.fsync(f.fileno())
+            os.replace(temp, link)
+            _fsync_folder(link.parent)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        finally:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.discard(temp)
+    trainer.strategy.barrier()
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TEMP_MARK}{_HOST}-{os.getpid()}")
+
+
+def _claim_temp(path: Path) -> Path:
+    """This process's staging name for ``path``, registered as being written and free: a file
+    under it is a leftover of this PID's earlier life (a restarted container reuses PIDs)."""
+    temp = _temp_path(path)
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.add(temp)
+    temp.unlink(missing_ok=True)
+    return temp
+
+
+def _local_path(path: _PATH) -> Path | None:
+    """``path`` as a local path, or None for a remote URL (``s3://...``)."""
+    text = str(path)
+    if "://" not in text:
+        return Path(text)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Persist a rename (its folder entry); some filesystems refuse fsync on a folder."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,177 @@
+"""Writing an index folder safely: build beside it, swap it into place when complete, under a lock.
+
+``lit-rag index build --out DIR`` (and :func:`save_index`) go through :func:`atomic_index_dir`:
+
+1. An exclusive, non-blocking ``fcntl.flock`` on ``.DIR.lock`` beside ``DIR``: a second build
+   into ``DIR`` fails at once with one line naming the pid that holds the lock (we fail rather
+   than wait: a build can take hours, and a queued one would silently redo it). The kernel drops
+   the lock when its process dies, so a killed build never blocks the next. The lock file stays
+   (deleting it would race with a build that has just opened it).
+2. Under the lock: a previous index that an interrupted swap set aside is put back, and the
+   temporary folders of killed builds are removed.
+3. The build saves into a fresh ``.DIR.tmp-PID`` beside ``DIR`` (same file system, so the
+   renames below are atomic); every file is fsynced.
+4. The swap: one atomic exchange of the two folders (Linux ``renameat2(RENAME_EXCHANGE)``)
+   where the file system supports it, else the old index is renamed aside (``.DIR.old-PID``), the
+   new one renamed in, and the old one removed. A build killed at any point leaves ``DIR`` as the
+   previous complete index, or the new complete one; only in the fallback's window between its
+   two renames is ``DIR`` absent, with the previous index at ``.DIR.old-PID``, which the next
+   build puts back (and loading such a folder says so).
+
+The whole ``DIR`` is replaced, so ``DIR`` must be a lit-rag index, an empty folder, or absent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lit_rag.errors import InputError
+from lit_rag.retrieval.base import Retriever
+from lit_rag.retrieval.manifest import MANIFEST_NAME
+
+log = logging.getLogger(__name__)
+
+
+class IndexBusyError(InputError):
+    """Another process is building an index into the same folder."""
+
+
+def save_index(retriever: Retriever, out: str | Path) -> Path:
+    """``retriever.save`` into ``out`` atomically (see the module docstring); returns ``out``."""
+    with atomic_index_dir(out) as folder:
+        retriever.save(folder)
+    return Path(out)
+
+
+@contextmanager
+def atomic_index_dir(out: str | Path) -> Iterator[Path]:
+    """Yield an empty folder to save an index into; on success it replaces ``out``.
+
+    Args:
+        out: The index folder to (re)build: absent, empty, or a lit-rag index.
+
+    Raises:
+        IndexBusyError: Another build holds the lock on ``out``.
+        InputError: ``out`` is a file, or a non-empty folder that is not a lit-rag index.
+    """
+    out = Path(os.path.abspath(out))
+    _check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(out):
+        _recover(out)
+        _check_out(out)  # again: _recover may have put an index back
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            yield tmp
+            _fsync_tree(tmp)
+            _swap_into_place(tmp, out)
+        finally:
+            if tmp.exists():  # the build failed (or the exchange left the old index here)
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_out(out: Path) -> None:
+    if not out.name:
+        raise InputError(f"index folder {out}: give a folder with a name, not a root")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"index folder {out} exists and is a file; give a new folder")
+    if out.is_dir() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
+        raise InputError(
+            f"index folder {out} exists and is not a lit-rag index (no {MANIFEST_NAME}); a build "
+            "replaces the whole folder, so give a new or empty folder"
+        )
+
+
+@contextmanager
+def _build_lock(out: Path) -> Iterator[None]:
+    """Hold ``.NAME.lock`` beside ``out`` exclusively; fail at once when another build has it."""
+    lock = out.parent / f".{out.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            raise IndexBusyError(
+                f"index build into {out} is already running (pid {holder}); wait for it to "
+                f"finish (lock file {lock})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _recover(out: Path) -> None:
+    """Put back an index an interrupted swap set aside; remove what killed builds left."""
+    aside = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if aside and not out.exists():
+        os.rename(aside[-1], out)
+        log.warning("put back the previous index %s (an earlier build was interrupted)", out)
+    for stale in [*out.parent.glob(f".{out.name}.tmp-*"), *out.parent.glob(f".{out.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` to disk before it is renamed into place."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(folder))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Make ``tmp`` be ``out``; the previous ``out`` (if any) is removed afterwards."""
+    if not out.exists():
+        os.rename(tmp, out)
+    elif _exchange(tmp, out):
+        shutil.rmtree(tmp)  # tmp now holds the previous index
+    else:
+        aside = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.rename(out, aside)
+        os.rename(tmp, out)  # a kill between the two renames: _recover puts `aside` back
+        shutil.rmtree(aside)
+    _fsync_dir(out.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2`` with ``RENAME_EXCHANGE``).
+
+    Returns False where that is not available (another OS, an old glibc, a file system without
+    it), so the caller falls back to two renames.
+    """
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2  # <fcntl.h>, <linux/fs.h>
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))

@@ -1,0 +1,34 @@
+"""The console script itself on bad input: stderr ends with exactly one ``lit-rag: error: ...`` line
+and holds no traceback, and the exit code is 2 (tests/unit/test_bad_inputs.py runs the full table
+in-process). Lightning's own info line ("Seed set to 0") may come first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["--model.group_size=-2"], "group_size"),  # raised in a module's __init__
+        (["--trainer.max_step=4"], "unrecognized arguments: --trainer.max_step=4"),  # the parser
+        (["--ckpt_path=empty.ckpt"], "is empty (0 bytes)"),  # a file read before the run
+    ],
+)
+def test_console_script_prints_one_line(overrides, fragment, tmp_path) -> None:
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    run = subprocess.run(
+        [sys.executable, "-m", "lit_rag", "fit", "--config", TINY, "--trainer.logger=false", *overrides],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 2, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert [line for line in lines if line.startswith("lit-rag: error:")] == lines[-1:], run.stderr
+    assert set(lines[:-1]) <= {"Seed set to 0"}, run.stderr  # nothing else: no warning, no traceback
+    assert fragment in lines[-1]

@@ -1,0 +1,230 @@
+"""Atomic checkpoint saves and one-line errors for broken checkpoint files (``lit_rag.checkpointing``).
+
+The kill tests (a real fit killed mid-save) are in ``tests/integration/test_checkpoint_kill.py``;
+here each kind of broken file, the staging-file cleanup and the Trainer wiring.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lit_rag.checkpointing import (
+    AtomicCheckpointIO,
+    _link_atomically,
+    _temp_path,
+    atomic_save,
+    remove_stale_temps,
+    use_atomic_checkpoints,
+)
+from lit_rag.errors import InputError
+
+CHECKPOINT = {"state_dict": {"w": torch.arange(256.0)}, "global_step": 3, "lit_rag": {"schedule": {"total": 6}}}
+
+
+def _saved(path: Path) -> bytes:
+    torch.save(CHECKPOINT, path)
+    return path.read_bytes()
+
+
+def _garbled_pickle(path: Path) -> None:
+    """A complete zip whose ``data.pkl`` entry is garbage: the archive reads, the pickle does not."""
+    data = bytearray(_saved(path))
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)  # local header: 30 bytes + name + extra
+    data[start : start + info.compress_size] = b"\xff" * info.compress_size  # stored, not compressed
+    path.write_bytes(bytes(data))
+
+
+# kind -> (how to break the file, words the one-line message must hold)
+BROKEN = {
+    "empty": (lambda p: p.write_bytes(b""), "is empty (0 bytes)"),
+    "half": (lambda p: p.write_bytes(_saved(p)[: len(_saved(p)) // 2]), "is truncated or not a torch checkpoint"),
+    "tail_cut": (lambda p: p.write_bytes(_saved(p)[:-10]), "is truncated or not a torch checkpoint"),
+    "random_bytes": (lambda p: p.write_bytes(os.urandom(4096)), "is truncated or not a torch checkpoint"),
+    "text": (lambda p: p.write_text("model: tiny\n" * 20), "is truncated or not a torch checkpoint"),
+    "garbled_pickle": (_garbled_pickle, "cannot be read by torch.load"),
+    "folder": (lambda p: p.mkdir(), "is a folder, not a checkpoint file"),
+    "missing": (lambda p: None, "does not exist"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+@pytest.mark.parametrize("weights_only", [None, True, False], ids=["default", "weights_only", "full_unpickle"])
+def test_broken_checkpoint_is_one_input_error_line(tmp_path, kind, weights_only):
+    path = tmp_path / "last.ckpt"
+    breaker, words = BROKEN[kind]
+    breaker(path)
+    with pytest.raises(InputError) as err:
+        AtomicCheckpointIO().load_checkpoint(path, weights_only=weights_only)
+    message = str(err.value)
+    assert "\n" not in message and "\x1b" not in message, message  # one line, no terminal colours
+    assert message.startswith(f"checkpoint {path} {words}"), message
+    assert len(message) < 400, message
+
+
+def test_checkpoint_with_objects_says_weights_only_refused_it(tmp_path):
+    path = tmp_path / "objects.ckpt"
+    torch.save({"state_dict": {}, "info": zipfile.ZipInfo("x")}, path)  # a class weights_only refuses
+    with pytest.raises(InputError, match=r"holds objects that torch.load\(weights_only=True\) refuses "
+                                         r"\(UnpicklingError: WeightsUnpickler error: Unsupported global"):
+        AtomicCheckpointIO().load_checkpoint(path, weights_only=True)
+    assert AtomicCheckpointIO().load_checkpoint(path, weights_only=False)["info"].filename == "x"  # as Lightning
+
+
+def test_good_checkpoint_loads_weights_only(tmp_path):
+    path = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint(CHECKPOINT, path)
+    loaded = AtomicCheckpointIO().load_checkpoint(path, weights_only=True)
+    assert torch.equal(loaded["state_dict"]["w"], CHECKPOINT["state_dict"]["w"])
+    assert torch.load(path, weights_only=True)["lit_rag"] == {"schedule": {"total": 6}}
+
+
+def test_save_writes_beside_the_destination_not_in_tmpdir(tmp_path, monkeypatch):
+    staging = tmp_path / "tmpdir"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))  # what TMPDIR sets
+    seen = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        seen.append((Path(src), Path(dst), Path(src).stat().st_size))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "ckpt" / "last.ckpt"  # the folder does not exist yet
+    AtomicCheckpointIO().save_checkpoint(CHECKPOINT, path)
+    [(src, dst, size)] = seen
+    assert src.parent == path.parent and src.name.startswith(".last.ckpt.tmp-") and dst == path
+    assert size == path.stat().st_size  # the complete file was renamed
+    assert list(staging.iterdir()) == [] and sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+
+
+def test_failed_save_keeps_the_previous_checkpoint_and_no_staging_file(tmp_path):
+    path = tmp_path / "last.ckpt"
+    atomic_save(CHECKPOINT, path)
+    before = path.read_bytes()
+    with pytest.raises(Exception):  # noqa: B017 - pickling a lambda: AttributeError or PicklingError by version
+        atomic_save({"state_dict": {"w": torch.ones(3)}, "bad": lambda: None}, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_stale_staging_files_of_dead_writers_are_removed(tmp_path):
+    host = _temp_path(tmp_path / "x").name.split(".tmp-")[1].rsplit("-", 1)[0]
+    dead = tmp_path / f".last.ckpt.tmp-{host}-{_dead_pid()}"
+    live = tmp_path / f".last.ckpt.tmp-{host}-{os.getppid()}"  # our parent process: alive
+    mine = _temp_path(tmp_path / "epoch=0-step=2.ckpt")  # this PID, not being written: a leftover
+    foreign_old = tmp_path / ".last.ckpt.tmp-otherhost-12"
+    foreign_new = tmp_path / ".last.ckpt.tmp-otherhost-13"
+    keep = tmp_path / "epoch=0-step=2.ckpt"
+    for p in (dead, live, mine, foreign_old, foreign_new, keep):
+        p.write_bytes(b"x")
+    hour_ago = time.time() - 3700
+    os.utime(foreign_old, (hour_ago, hour_ago))
+    atomic_save(CHECKPOINT, tmp_path / "last.ckpt")  # the next save cleans the folder
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([live.name, foreign_new.name, keep.name, "last.ckpt"])
+    assert remove_stale_temps(tmp_path) == []
+
+
+def _trainer(**kwargs):
+    from lightning.pytorch import Trainer
+
+    return Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False, **kwargs)
+
+
+def test_use_atomic_checkpoints_installs_on_the_default_io_only(tmp_path):
+    from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO
+
+    trainer = _trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last="link")])
+    use_atomic_checkpoints(trainer)
+    assert type(trainer.strategy.checkpoint_io) is AtomicCheckpointIO
+    assert trainer.checkpoint_callback._link_checkpoint is _link_atomically
+
+    class Mine(TorchCheckpointIO):
+        pass
+
+    trainer = _trainer(plugins=[Mine()], callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last="link")])
+    use_atomic_checkpoints(trainer)
+    assert type(trainer.strategy.checkpoint_io) is Mine  # the user's own: kept
+    assert "_link_checkpoint" not in vars(trainer.checkpoint_callback)
+
+    trainer = _trainer(plugins=[AsyncCheckpointIO()])
+    use_atomic_checkpoints(trainer)
+    io = trainer.strategy.checkpoint_io
+    assert type(io) is AsyncCheckpointIO and type(io.checkpoint_io) is AtomicCheckpointIO  # ours as its base
+    io.teardown()
+
+
+def test_use_atomic_checkpoints_leaves_deepspeed_alone():
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    strategy = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # no engine needed: only its type is read
+    strategy._checkpoint_io = None
+    use_atomic_checkpoints(SimpleNamespace(strategy=strategy, checkpoint_callbacks=[]))
+    assert strategy._checkpoint_io is None
+
+
+def test_last_link_is_swapped_in_not_deleted_first(tmp_path, monkeypatch):
+    """Lightning deletes ``last.ckpt`` and then links it: between the two there is no last.ckpt."""
+    old, new, link = tmp_path / "epoch=0-step=2.ckpt", tmp_path / "epoch=0-step=4.ckpt", tmp_path / "last.ckpt"
+    old.write_bytes(b"old")
+    new.write_bytes(b"new")
+    os.symlink(old.name, link)
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(barrier=lambda: None))
+    states = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        states.append(Path(dst).read_bytes())  # what last.ckpt is just before the swap
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    _link_atomically(trainer, str(new), str(link))
+    assert states == [b"old"] and link.is_symlink() and os.readlink(link) == new.name and link.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([old.name, new.name, link.name])
+
+
+def test_fit_ckpt_path_goes_through_the_plugin(tmp_path):
+    """``trainer.fit(ckpt_path=...)`` loads via strategy.load_checkpoint -> checkpoint_io.load_checkpoint."""
+    from lightning.pytorch import LightningModule
+
+    class Tiny(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.ones(4, 2), batch_size=2)
+
+    empty = tmp_path / "last.ckpt"
+    empty.write_bytes(b"")
+    trainer = _trainer(max_steps=1, default_root_dir=tmp_path, enable_checkpointing=False)
+    use_atomic_checkpoints(trainer)
+    with pytest.raises(InputError, match=r"^checkpoint .*last.ckpt is empty \(0 bytes\)"):
+        trainer.fit(Tiny(), ckpt_path=str(empty))
