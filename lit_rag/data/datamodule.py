@@ -9,8 +9,8 @@ resumed run sees exactly the batches the uninterrupted run would have seen.
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
@@ -304,12 +304,10 @@ class QADataModule(L.LightningDataModule):
         """Load (or generate) the splits the stage needs."""
         if stage in (None, "fit"):
             self._load("train")
-        if stage in (None, "fit", "validate"):
-            if not self._load("val") and stage == "validate":
-                raise DatasetFormatError("lit-rag validate needs validation data: set data.val (a file or 'synthetic')")
-        if stage in (None, "test"):
-            if not self._load("test") and stage == "test":
-                raise DatasetFormatError("lit-rag test needs test data: set data.test (a file or 'synthetic')")
+        if stage in (None, "fit", "validate") and not self._load("val") and stage == "validate":
+            raise DatasetFormatError("lit-rag validate needs validation data: set data.val (a file or 'synthetic')")
+        if stage in (None, "test") and not self._load("test") and stage == "test":
+            raise DatasetFormatError("lit-rag test needs test data: set data.test (a file or 'synthetic')")
 
     def train_examples(self) -> list[Example]:
         """The training examples (after ``num_train`` and ``max_references``)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import zipfile
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
