@@ -222,6 +222,7 @@ def _lit_rag_timer():
     from lightning.pytorch import Callback
 
     from lit_rag.rollout.base import SamplingParams
+    from lit_rag.step import StepOutput
 
     class Timer(Callback):
         def __init__(self) -> None:
@@ -244,9 +245,10 @@ def _lit_rag_timer():
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             self.step_s.append(time.perf_counter() - self._t0)
-            m = pl_module.last_metrics
+            step = StepOutput.of(outputs)
+            m = step.metrics
             self.parts.append((float(m["time/rollout_s"]), float(m["time/update_s"])))
-            trajectories, _ = pl_module.last_rollout
+            trajectories = step.trajectories
             self.tokens.append(int(sum(t.num_generated for t in trajectories)))
             self.prompt_tokens += sum(t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size])
 

@@ -18,9 +18,9 @@ import time
 
 import torch
 
+from lit_rag.api import exact_match
 from lit_rag.cli import build_cli
 from lit_rag.metrics.retrieval import average_precision
-from lit_rag.plugins.rewards.qa import exact_match
 
 
 def scores(ranked: list[list[str]], gold: list[list[str]]) -> dict[str, float]:

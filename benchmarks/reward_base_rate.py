@@ -55,7 +55,7 @@ def main() -> None:
     for name, value in module.environment.metrics(trajectories).items():
         print(f"{name:<20}{float(value):>8.3f}  (mean per trajectory)")
     prepared = module.algorithm.prepare(trajectories, module.reward(trajectories))
-    print("algorithm:", ", ".join(f"{k} {float(v):.3f}" for k, v in prepared["metrics"].items()))
+    print("algorithm:", ", ".join(f"{k} {float(v):.3f}" for k, v in prepared.metrics.items()))
     for t in trajectories[: args.show]:
         print("----", t.example.answers, "\n" + t.text)
 

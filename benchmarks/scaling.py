@@ -50,6 +50,7 @@ def worker(args: argparse.Namespace) -> None:
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.rewards.qa import F1Reward
     from lit_rag.rollout.base import SamplingParams
+    from lit_rag.step import StepOutput
 
     torch.set_num_threads(max(1, args.threads // args.devices))
     L.seed_everything(0)
@@ -62,7 +63,7 @@ def worker(args: argparse.Namespace) -> None:
             self.started = time.perf_counter()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            m = pl_module.last_metrics
+            m = StepOutput.of(outputs).metrics
             self.rows.append({
                 "wall_s": time.perf_counter() - self.started, "update_s": float(m["time/update_s"]),
                 "generated": float(m["tokens/generated"]), "trained": float(m.get("tokens/trained", 0.0)),

@@ -6,6 +6,9 @@ recipe and the command line are rewritten: a ``class_path`` under a key that hol
 (``algorithm``, ``reward``, ``environment``, ``retriever``, ``engine`` and their plurals)
 becomes the registered class's dotted path. An unknown name fails with the list of
 installed names, in one line.
+
+Lightning, torch and the modules are imported only by the commands that build the LightningCLI
+(fit, validate, test): ``--help``, ``plugins`` and ``index`` start in well under two seconds.
 """
 
 from __future__ import annotations
@@ -229,6 +232,9 @@ def _argument_message(exc: BaseException) -> str:
     the message; otherwise the key, the value and the types it could have been.
     """
     text = str(exc)
+    unknown = re.search(r"Problem with given class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", text)
+    if unknown:
+        return _unknown_option(text, *unknown.groups())
     if "Union subtypes" not in text or "Errors:" not in text:
         return _one_line(exc)
     key = text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else ""
@@ -241,6 +247,21 @@ def _argument_message(exc: BaseException) -> str:
     allowed = [re.sub(r"<class '([\w.]+)'>", r"\1", r.removeprefix("Expected a ")).replace("typing.Literal", "")
                for r in reasons]
     return f"{key or 'a value'}: got {value!r}; expected {' or '.join(allowed)}"
+
+
+def _unknown_option(text: str, path: str, option: str) -> str:
+    """``init_args`` naming an argument the class does not take: the key, the option and the
+    arguments it does take (read from the class jsonargparse has already imported)."""
+    key = text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else "init_args"
+    module_name, _, name = path.rpartition(".")
+    try:
+        import inspect
+
+        params = inspect.signature(getattr(sys.modules[module_name], name)).parameters
+        takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (KeyError, AttributeError, TypeError, ValueError):  # not imported or no signature: no list
+        return f"{key}.init_args: '{option}' is not an argument of {name}"
+    return f"{key}.init_args: '{option}' is not an argument of {name}; it takes: {', '.join(takes) or 'none'}"
 
 
 #: parser settings for the main parser and each subcommand's: errors raise (printed as one line
@@ -283,13 +304,47 @@ USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
        lit-rag plugins
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
+#: LightningCLI's subcommands with the help it gives each: ``docstring_parser``'s short
+#: description of ``Trainer.<command>`` (so cut mid-sentence where Lightning cuts it). Kept here
+#: so that ``lit-rag --help`` prints without importing Lightning; tests compare it with Lightning.
+TRAINER_COMMANDS = {
+    "fit": "Runs the full optimization routine.",
+    "validate": "Perform one evaluation epoch over the validation set.",
+    "test": "Perform one evaluation epoch over the test set. It's separated from fit to make sure "
+            "you never run on your",
+    "predict": "Run inference on your data. This will call the model forward function to compute "
+               "predictions. Useful to",
+}
+
+
+def print_help() -> None:
+    """``lit-rag --help``: :data:`USAGE`, then the help of LightningCLI's top-level parser.
+
+    The second part comes from the top-level parser LightningCLI builds (jsonargparse,
+    ``--config``, one subcommand per Trainer method), here with empty subcommand parsers, so no
+    torch or Lightning is imported. ``lit-rag fit --help`` and the others are LightningCLI's own.
+    """
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    parser = ArgumentParser(description="Lightning Trainer command line tool", env_prefix="PL",
+                            **_PARSER_KWARGS)
+    parser.add_argument("-c", "--config", action=ActionConfigFile,
+                        help="Path to a configuration file in json or yaml format.")
+    subcommands = parser.add_subcommands()
+    for name, text in TRAINER_COMMANDS.items():
+        subcommands.add_subcommand(name, ArgumentParser(description=text), help=text)
+    print(USAGE)
+    parser.print_help()
+
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help") and len(args) == 1:
+    if not args:
         print(USAGE)
-        if not args:
-            raise SystemExit(2)
+        raise SystemExit(2)
+    if args in (["-h"], ["--help"]):
+        print_help()
+        raise SystemExit(0)  # as argparse's --help does
     try:
         if args[:1] == ["plugins"]:
             print_plugins()

@@ -27,7 +27,12 @@ GROUPS: dict[str, str] = {
     "environment": "lit_rag.environments",
     "retriever": "lit_rag.retrievers",
     "engine": "lit_rag.engines",
+    "advantage": "lit_rag.advantages",
+    "policy_loss": "lit_rag.policy_losses",
 }
+
+#: plugins registered in this process (``register``), by kind then name
+_LOCAL: dict[str, dict[str, object]] = {kind: {} for kind in GROUPS}
 
 
 class PluginError(InputError):
@@ -39,7 +44,8 @@ class PluginInfo:
     """One registered plugin.
 
     Args:
-        kind: ``algorithm``, ``reward``, ``environment``, ``retriever`` or ``engine``.
+        kind: ``algorithm``, ``reward``, ``environment``, ``retriever``, ``engine``,
+            ``advantage`` or ``policy_loss``.
         name: The registered (short) name used in recipes.
         target: ``module:attr`` the entry point points at.
         package: Distribution that registered it.
@@ -90,7 +96,32 @@ def available(kind: str) -> dict[str, PluginInfo]:
                 f"({info.target}); uninstall one of them"
             )
         found[ep.name] = info
+    for name, obj in _LOCAL[kind].items():
+        target = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', name)}"
+        if name in found:
+            raise PluginError(
+                f"{kind} plugin '{name}' is registered twice: by package '{found[name].package}' "
+                f"({found[name].target}) and in this process ({target}); pick another name"
+            )
+        found[name] = PluginInfo(kind=kind, name=name, target=target, package="<this process>", version="")
     return dict(sorted(found.items()))
+
+
+def register(kind: str, name: str, obj: object) -> None:
+    """Register ``obj`` as ``name`` in this process only (scripts, notebooks, tests); packages
+    register through entry points. A name already taken is an error."""
+    _check_kind(kind)
+    if name in available(kind):
+        raise PluginError(f"{kind} plugin '{name}' is already registered ({available(kind)[name].target})")
+    _LOCAL[kind][name] = obj
+    clear_cache()
+
+
+def unregister(kind: str, name: str) -> None:
+    """Forget a plugin :func:`register` added (no-op when absent)."""
+    _check_kind(kind)
+    _LOCAL[kind].pop(name, None)
+    clear_cache()
 
 
 def clear_cache() -> None:
@@ -101,7 +132,7 @@ def clear_cache() -> None:
 
 @lru_cache(maxsize=None)
 def load(kind: str, name: str) -> type:
-    """Import and return the class registered as ``name``.
+    """Import and return the class (or function) registered as ``name``.
 
     Raises:
         PluginError: Unknown name (the message lists the installed ones) or a failed import.
@@ -110,6 +141,8 @@ def load(kind: str, name: str) -> type:
     if name not in plugins:
         installed = ", ".join(plugins) or "none"
         raise PluginError(f"unknown {kind} '{name}'; installed: {installed}")
+    if name in _LOCAL[kind]:
+        return _LOCAL[kind][name]  # type: ignore[return-value]
     info = plugins[name]
     module_name, _, attr = info.target.partition(":")
     try:
@@ -153,6 +186,8 @@ def class_path(kind: str, name: str) -> str:
             cls = load(kind, info.name)
             return f"{cls.__module__}.{cls.__qualname__}"
     cls = load(kind, name)
+    if kind == "reward" and not isinstance(cls, type) and callable(cls):  # a reward function
+        return f"lit_rag.reward_functions.{name}"
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

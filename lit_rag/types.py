@@ -7,9 +7,10 @@ Readers end in :class:`Example`; environments return :class:`Trajectory`; reward
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: ``lit-rag index search`` and ``--help`` never import torch
+    import torch
 
 
 @dataclass(unsafe_hash=True)
@@ -111,6 +112,8 @@ class Trajectory:
     def same_completion(self, other: Trajectory) -> bool:
         """Whether two trajectories hold the same completion tokens (siblings that took the same
         action at their shared state: a preference pair of them carries no information)."""
+        import torch
+
         return torch.equal(self.completion_ids, other.completion_ids)
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from lit_rag.plugins.rewards.base import Reward
+from lit_rag.api import Reward, TrainBatch
 from lit_rag.rollout.base import Generation, RolloutEngine
 
 
@@ -82,3 +82,29 @@ class EvenTokenReward(Reward):
             for t in trajectories
         ])
         return RewardBreakdown(total=total, components={"even": total.clone()})
+
+
+def train_batch(completion_mask: torch.Tensor, **fields) -> TrainBatch:
+    """A :class:`TrainBatch` for loss tests: the given per-row tensors, zero prompt/completion ids
+    (a loss never reads them), engine log-probs 0 unless given."""
+    n, width = completion_mask.shape
+    fields.setdefault("sampling_logprobs", torch.zeros(n, width))
+    return TrainBatch(input_ids=torch.zeros(n, width + 1, dtype=torch.long),
+                      attention_mask=torch.ones(n, width + 1, dtype=torch.long),
+                      completion_mask=completion_mask, **fields)
+
+
+def token_trajectory(group: int, n_tokens: int, example: object = None) -> object:
+    """A trajectory of ``n_tokens`` generated tokens (ids 1..n, sampling log-prob -1 each) in
+    prompt group ``group``, for algorithm tests; the example asks "?" and answers "a"."""
+    from lit_rag.types import Example, Trajectory
+
+    return Trajectory(
+        example=example or Example(id="q", question="?", answers=["a"]),
+        group=group,
+        prompt_ids=torch.tensor([5, 6]),
+        completion_ids=torch.arange(1, n_tokens + 1),
+        loss_mask=torch.ones(n_tokens),
+        sampling_logprobs=torch.full((n_tokens,), -1.0),
+        text="",
+    )

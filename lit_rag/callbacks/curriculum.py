@@ -77,7 +77,7 @@ class CurriculumCallback(Callback):
         if schedulers:
             for s in schedulers:
                 s.set_stage(pl_module, self.stage)
-        elif hasattr(pl_module.reward, "set_stage"):
+        elif pl_module.reward.stages:
             pl_module.reward.set_stage(self.stage)
 
     def switch(self, trainer, pl_module, reason: str) -> None:

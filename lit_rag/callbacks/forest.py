@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 from lightning.pytorch import Callback
 
+from lit_rag.step import StepOutput
+
 
 class ProgressiveForest(Callback):
     """Feeds pruned retrieval trees back into the training pool.
@@ -51,15 +53,16 @@ class ProgressiveForest(Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._datamodule(trainer)
-        if not hasattr(pl_module.environment, "next_contexts"):
+        if not pl_module.environment.grows_forest:
             raise ValueError(
                 "ProgressiveForest needs an environment with next_contexts (retrieval_tree)"
             )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if pl_module.last_rollout is None:
+        step = StepOutput.of(outputs)
+        if step is None:
             return
-        trajectories, _ = pl_module.last_rollout
+        trajectories = step.trajectories
         if not self.include_refills:
             # the batch's prompts are groups 0..len(batch)-1; PolicyModule._refill numbers the
             # refilled groups after them

@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lit_rag.step import StepOutput
+
 
 class KLMonitor(Callback):
     """Reduces the step's KL across ranks and acts on the global value.
@@ -49,9 +51,10 @@ class KLMonitor(Callback):
         self.beta: float | None = None  # the adapted beta (None until the first adaptation)
         self._restored_beta: float | None = None  # from a checkpoint, set on the algorithm at train start
 
-    def global_kl(self, trainer: Trainer, pl_module: LightningModule) -> tuple[float, float] | None:
-        """(mean, max) of the KL over ranks; None when this step computed no KL."""
-        local = getattr(pl_module, "last_metrics", {}).get(self.metric)
+    def global_kl(self, pl_module: LightningModule, step: StepOutput | None) -> tuple[float, float] | None:
+        """(mean, max) of the KL over ranks (a collective: every rank calls it); None when no
+        rank's step computed a KL."""
+        local = None if step is None else step.metrics.get(self.metric)
         present = torch.tensor(0.0 if local is None else 1.0, device=pl_module.device)
         value = torch.tensor(0.0 if local is None else float(local), device=pl_module.device)
         gathered = pl_module.all_gather(torch.stack([value, present]))  # [world, 2] or [2]
@@ -65,14 +68,14 @@ class KLMonitor(Callback):
         # Lightning restores callback state after the module's (and after configure_optimizers
         # under FSDP / DeepSpeed) and never hands the module to load_state_dict: the restored
         # beta goes onto the algorithm here, after every restore and before the first step
-        algorithm = getattr(pl_module, "algorithm", None)
-        if self._restored_beta is not None and self.target is not None and hasattr(algorithm, "beta"):
-            algorithm.beta = self._restored_beta
+        algorithm = pl_module.algorithm
+        if self._restored_beta is not None and self.target is not None and algorithm.kl_coef is not None:
+            algorithm.kl_coef = self._restored_beta
             self.beta = self._restored_beta
         self._restored_beta = None
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
-        stats = self.global_kl(trainer, pl_module)
+        stats = self.global_kl(pl_module, StepOutput.of(outputs))
         if stats is None:
             return
         mean, peak = stats
@@ -85,13 +88,13 @@ class KLMonitor(Callback):
             if self.above >= self.patience:
                 rank_zero_warn(f"stopping: max KL {peak:.4f} > stop_above {self.stop_above} for {self.above} step(s)")
                 trainer.should_stop = True
-        algorithm = getattr(pl_module, "algorithm", None)
-        if self.target is not None and algorithm is not None and hasattr(algorithm, "beta"):
+        algorithm = pl_module.algorithm
+        if self.target is not None and algorithm.kl_coef is not None:  # the algorithm declares a KL coefficient
             error = max(-0.2, min(0.2, mean / self.target - 1.0))
-            algorithm.beta = min(self.max_beta, max(self.min_beta, algorithm.beta * (1 + self.adapt_rate * error)))
-            self.beta = float(algorithm.beta)
-        if algorithm is not None and hasattr(algorithm, "beta"):
-            logs["kl/beta"] = float(algorithm.beta)
+            algorithm.kl_coef = min(self.max_beta, max(self.min_beta, algorithm.kl_coef * (1 + self.adapt_rate * error)))
+            self.beta = float(algorithm.kl_coef)
+        if algorithm.kl_coef is not None:
+            logs["kl/beta"] = float(algorithm.kl_coef)
         pl_module.log_dict(logs, on_step=True, on_epoch=False, batch_size=1)
 
     def state_dict(self) -> dict:

@@ -7,7 +7,7 @@ epoch". In Lightning terms:
 
 - a policy epoch is an epoch of the ``PolicyModule`` fit (rollout -> DPO on sibling pairs,
   every step);
-- after every training step this callback takes the step's rollout (``pl_module.last_rollout``)
+- after every training step this callback takes the step's rollout (the :class:`~lit_rag.step.StepOutput` in ``outputs``)
   and keeps the sibling pairs that took different actions at their state and whose weighted
   returns differ by at least ``threshold`` (Delta = 0.3, Section 3.3); a pair's texts are the
   trajectory prefixes ``(s_t, a_t)`` (``view: prefix``; ``branch`` adds the rest of the
@@ -47,6 +47,7 @@ from lit_rag.modules.reward_model import (
     trajectory_text,
     write_pairs,
 )
+from lit_rag.step import StepOutput
 from lit_rag.types import Trajectory
 
 
@@ -100,9 +101,8 @@ class AlternatingRewardModel(Callback):
         return torch.cat(out).float().cpu() if out else torch.zeros(0)
 
     def _attach(self, pl_module) -> None:
-        algorithm = getattr(pl_module, "algorithm", None)
-        if self.cycles > 0 and getattr(algorithm, "selection", None) == "reward_model":
-            algorithm.scorer = self.score
+        if self.cycles > 0 and pl_module.algorithm.wants_scorer:  # DPO with selection: reward_model
+            pl_module.algorithm.scorer = self.score
 
     # ---- hooks -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -118,10 +118,10 @@ class AlternatingRewardModel(Callback):
         self._attach(pl_module)  # after a resume restored ``cycles``
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        rollout = getattr(pl_module, "last_rollout", None)
-        if rollout is None:
+        step = StepOutput.of(outputs)
+        if step is None:
             return
-        trajectories, rewards = rollout
+        trajectories, rewards = step.trajectories, step.rewards
         new = sibling_pairs(trajectories, rewards, self.threshold, self.view)
         self.pairs.extend(new)
         if self.max_pairs is not None and len(self.pairs) > self.max_pairs:

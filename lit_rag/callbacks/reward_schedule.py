@@ -34,7 +34,7 @@ class RewardWeightScheduler(Callback):
         early, late = stage_anchors(stage, self.table)
         self.stage = stage
         reward = pl_module.reward
-        if not hasattr(reward, "set_anchors"):
+        if not reward.time_weighted:
             raise ValueError("RewardWeightScheduler needs a reward with time-dependent weights (evo_rag)")
         reward.set_anchors(early, late)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from lit_rag.step import StepOutput
+
 
 class RolloutSampleLogger(Callback):
     """Writes a few rollouts every ``every_n_steps`` training steps (rank zero only).
@@ -32,10 +34,10 @@ class RolloutSampleLogger(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         self._calls += 1
-        rollout = getattr(pl_module, "last_rollout", None)
-        if rollout is None or not trainer.is_global_zero or (self._calls - 1) % self.every_n_steps:
+        step = StepOutput.of(outputs)
+        if step is None or not trainer.is_global_zero or (self._calls - 1) % self.every_n_steps:
             return
-        trajectories, rewards = rollout
+        trajectories, rewards = step.trajectories, step.rewards
         target = self._target(trainer)
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as f:

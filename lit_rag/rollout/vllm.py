@@ -73,7 +73,7 @@ from collections.abc import Iterable
 
 import torch
 
-from lit_rag.modules.loading import has_adapters
+from lit_rag.models import has_adapters
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 
 INSTALL_HINT = (

@@ -26,14 +26,15 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import FSDPStrategy
 
+from lit_rag.api import Reward
 from lit_rag.callbacks import KLMonitor
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig
 from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.rollout.base import SamplingParams
+from lit_rag.step import StepOutput
 from lit_rag.types import RewardBreakdown
 
 warnings.filterwarnings("ignore")
@@ -64,7 +65,11 @@ class CPUFSDP(FSDPStrategy):
         # Lightning gathers the full state dict with offload_to_cpu=True, which on CPU tensors
         # (nothing to offload) crashes torch 2.13 in FSDP's state-dict hook (segfault, measured);
         # on CPU the gathered tensors are already in host memory
-        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+        from torch.distributed.fsdp import (
+            FullStateDictConfig,
+            FullyShardedDataParallel,
+            StateDictType,
+        )
 
         config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
         with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, config):
@@ -76,8 +81,8 @@ class Recorder(Callback):
         self.monitor, self.rows = monitor, []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        trajectories, _ = pl_module.last_rollout
-        local = pl_module.last_metrics
+        step = StepOutput.of(outputs)
+        trajectories, local = step.trajectories, step.metrics
         logged = trainer.callback_metrics
         self.rows.append({
             "step": trainer.global_step, "rank": trainer.global_rank,

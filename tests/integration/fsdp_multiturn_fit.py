@@ -31,15 +31,16 @@ from lightning.pytorch import Callback
 sys.path.insert(0, str(Path(__file__).parent))
 from ddp_fit import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
 
+from lit_rag.api import Reward
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
 from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, SamplingParams
 from lit_rag.rollout.hf import HFEngine
+from lit_rag.step import StepOutput
 from lit_rag.types import Passage, RewardBreakdown
 
 warnings.filterwarnings("ignore")
@@ -83,7 +84,7 @@ class Recorder(Callback):
         self.rows = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        trajectories, _ = pl_module.last_rollout
+        trajectories = StepOutput.of(outputs).trajectories
         self.rows.append(
             {
                 "step": trainer.global_step,

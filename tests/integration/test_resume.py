@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lit_rag.api import Reward
 from lit_rag.callbacks import KLMonitor
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.errors import InputError
@@ -25,8 +26,8 @@ from lit_rag.modules.policy import PolicyModule
 from lit_rag.modules.schedule import lr_factor
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.rollout.base import SamplingParams
+from lit_rag.step import StepOutput
 from lit_rag.types import RewardBreakdown
 
 
@@ -49,14 +50,15 @@ class Recorder(Callback):
         self.beta = float(pl_module.algorithm.beta)  # the beta this step's loss uses
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        trajectories, _ = pl_module.last_rollout
+        step = StepOutput.of(outputs)
+        trajectories = step.trajectories
         self.steps.append({
             "step": trainer.global_step,
             "ids": [ex.id for ex in batch],
             "texts": [t.text for t in trajectories],
-            "loss": float(pl_module.last_metrics["train/loss"]),
-            "reward": float(pl_module.last_metrics["reward/total"]),
-            "lr": float(pl_module.last_metrics["train/lr"]),
+            "loss": float(step.metrics["train/loss"]),
+            "reward": float(step.metrics["reward/total"]),
+            "lr": float(step.metrics["train/lr"]),
             "beta": self.beta,
         })
 

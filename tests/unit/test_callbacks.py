@@ -10,6 +10,7 @@ import torch
 
 from lit_rag.callbacks import KLMonitor, RolloutSampleLogger
 from lit_rag.plugins.algorithms.grpo import GRPO
+from lit_rag.step import StepOutput
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
 
@@ -20,7 +21,6 @@ class FakeModule:
 
     def __init__(self, beta: float = 0.1):
         self.algorithm = GRPO(beta=beta)
-        self.last_metrics: dict = {}
         self.logged: list[dict] = []
 
     def all_gather(self, tensor):
@@ -31,8 +31,9 @@ class FakeModule:
 
 
 def step(monitor, trainer, module, kl):
-    module.last_metrics = {} if kl is None else {"train/kl": torch.tensor(kl)}
-    monitor.on_train_batch_end(trainer, module, None, None, 0)
+    metrics = {} if kl is None else {"train/kl": torch.tensor(kl)}
+    outputs = StepOutput([], RewardBreakdown(total=torch.zeros(0)), metrics).as_outputs()
+    monitor.on_train_batch_end(trainer, module, outputs, None, 0)
 
 
 def test_stop_after_patience_and_reset():
@@ -78,10 +79,10 @@ def test_global_mean_and_max_over_ranks():
         def all_gather(self, tensor):  # rank 0 saw 0.2, rank 1 saw 0.6
             return torch.stack([tensor, torch.tensor([0.6, 1.0])])
 
-    trainer, module = SimpleNamespace(should_stop=False, global_step=0), TwoRanks()
+    module = TwoRanks()
     monitor = KLMonitor(warn_above=None)
-    module.last_metrics = {"train/kl": torch.tensor(0.2)}
-    assert monitor.global_kl(trainer, module) == pytest.approx((0.4, 0.6))  # mean (0.2+0.6)/2
+    local = StepOutput([], RewardBreakdown(total=torch.zeros(0)), {"train/kl": torch.tensor(0.2)})
+    assert monitor.global_kl(module, local) == pytest.approx((0.4, 0.6))  # mean (0.2+0.6)/2
 
 
 def test_sample_logger_writes_jsonl(tmp_path):
@@ -89,11 +90,12 @@ def test_sample_logger_writes_jsonl(tmp_path):
     trajs = [Trajectory(ex, 0, torch.tensor([1]), torch.tensor([2, 3]), torch.ones(2), torch.zeros(2),
                         text=f"<answer>{a}</answer>", prompt_text="P") for a in ("Kessa", "Rome")]
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0]), components={"accuracy": torch.tensor([1.0, 0.0])})
-    module = SimpleNamespace(last_rollout=(trajs, rewards))
+    module = SimpleNamespace()
+    outputs = StepOutput(trajs, rewards).as_outputs()
     trainer = SimpleNamespace(is_global_zero=True, global_step=5, log_dir=str(tmp_path), default_root_dir=str(tmp_path))
     logger = RolloutSampleLogger(every_n_steps=2, max_per_step=1, include_prompt=True)
     for _ in range(3):  # written on calls 1 and 3
-        logger.on_train_batch_end(trainer, module, None, None, 0)
+        logger.on_train_batch_end(trainer, module, outputs, None, 0)
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     assert rows[0] == {"step": 5, "example_id": "q1", "group": 0, "completion": "<answer>Kessa</answer>",

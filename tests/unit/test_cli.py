@@ -17,15 +17,13 @@ import pytest
 import yaml
 
 from lit_rag import cli, registry
+from lit_rag.api import Algorithm, Environment, Reward
 from lit_rag.cli import build_cli, main, resolve_args, resolve_config
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.policy import PolicyModule
-from lit_rag.plugins.algorithms.base import Algorithm
 from lit_rag.plugins.algorithms.grpo import GRPO
-from lit_rag.plugins.environments.base import Environment
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
 from lit_rag.plugins.rewards.arena import ArenaReward
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.plugins.rewards.qa import ExactMatchReward
 from lit_rag.registry import PluginError
 from lit_rag.rollout.base import RolloutEngine

@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 import torch
 
+from lit_rag.api import Reward
 from lit_rag.callbacks import ProgressiveForest
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
@@ -16,10 +17,10 @@ from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.retrieval_tree import RetrievalTreeEnvironment
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.plugins.rewards.r2ag import R2AGReward
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.step import StepOutput
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 TINY = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
@@ -59,8 +60,8 @@ def test_prepare_keeps_exactly_the_batch_of_informative_groups():
     algo = GRPO(beta=0.0, drop_zero_variance_groups=True, dynamic_sampling_rounds=2)
     assert algo.informative_groups(rows, rewards) == 3  # group 0 is flat
     batch = algo.prepare(rows, rewards, max_groups=2)
-    assert batch["size"] == 4  # groups 1 and 2, in order; group 0 dropped, group 3 beyond the batch
-    assert batch["advantages"].abs().min() > 0
+    assert batch.size == 4  # groups 1 and 2, in order; group 0 dropped, group 3 beyond the batch
+    assert batch.batch.advantages.abs().min() > 0
     with pytest.raises(ValueError, match="needs drop_zero_variance_groups"):
         GRPO(dynamic_sampling_rounds=1)
 
@@ -69,8 +70,8 @@ def test_overlong_mask_removes_truncated_outputs_from_the_loss():
     ex = Example("a", "?", ["x"])
     rows = [traj(ex, 0, "1"), traj(ex, 0, "0", truncated=True)]
     batch = GRPO(beta=0.0, overlong="mask").prepare(rows, ByText()(rows))
-    assert batch["completion_mask"][1].sum() == 0 and batch["token_weights"][1].sum() == 0
-    assert batch["completion_mask"][0].sum() == 3
+    assert batch.batch.completion_mask[1].sum() == 0 and batch.batch.token_weights[1].sum() == 0
+    assert batch.batch.completion_mask[0].sum() == 3
 
 
 class Scripted(RolloutEngine):
@@ -107,7 +108,7 @@ def test_refill_samples_more_prompts_until_the_batch_is_informative():
     assert module.algorithm.informative_groups(rows, rewards) == 3
     assert sorted({t.group for t in rows}) == list(range(6))  # groups renumbered, never merged
     batch = module.algorithm.prepare(rows, rewards, max_groups=2)
-    assert batch["size"] == 4
+    assert batch.size == 4
 
 
 
@@ -223,11 +224,10 @@ def test_refilled_prompts_stay_out_of_the_next_forest():
         (True, {("a", ("ga1",)), ("a", ()), ("b", ("gb1",)), ("b", ())}),
     ):
         dm = QADataModule(train="synthetic", val=None, forest=True)
-        module = SimpleNamespace(
-            last_rollout=(rows, None), environment=env, log=lambda *a, **k: None
-        )
+        module = SimpleNamespace(environment=env, log=lambda *a, **k: None)
+        outputs = StepOutput(rows, RewardBreakdown(total=torch.zeros(len(rows))), batch_size=1).as_outputs()
         forest = ProgressiveForest(include_refills=include)
-        forest.on_train_batch_end(SimpleNamespace(datamodule=dm), module, None, [a], 0)
+        forest.on_train_batch_end(SimpleNamespace(datamodule=dm), module, outputs, [a], 0)
         assert set(dm.next) == expected and forest.added == len(expected)
     with pytest.raises(ValueError, match="max_iterations must be >= 1 or null; got 0"):
         ProgressiveForest(max_iterations=0)

@@ -175,7 +175,7 @@ def test_missing_index_folder(tmp_path):
 def test_encoder_pkg_path_resolves_without_loading():
     from pathlib import Path
 
-    from lit_rag.modules.loading import resolve_path
+    from lit_rag.models import resolve_path
 
     path = resolve_path(DenseRetriever().encoder_path)
     assert isinstance(path, Path) and path.name == "model" and (path / "modules.json").is_file()

@@ -11,6 +11,7 @@ from lit_rag.callbacks import RewardWeightScheduler
 from lit_rag.plugins.algorithms.dpo import DPO, preference_pairs
 from lit_rag.plugins.rewards.evo_rag import TABLE_1, EvoRagReward, GoldCoverageVerifier, interpolate
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+from tests.helpers import train_batch
 
 EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
 VECTORS = {  # cos(a, a2) = 0.8, cos(a, b) = 0, cos(a, c) = -0.6
@@ -131,7 +132,7 @@ def test_dpo_loss_worked_by_hand():
     logp = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, -1.0, -2.0]])
     ref = torch.tensor([[-1.5, -2.0, 0.0], [-1.0, -1.0, -1.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    batch = {"logprobs": logp, "ref_logprobs": ref, "completion_mask": mask, "pair_weight": torch.tensor([1.0, 1.0])}
+    batch = train_batch(mask, logprobs=logp, ref_logprobs=ref)
     # standard: beta * ((-3 - -3.5) - (-4 - -3)) = 0.1 * (0.5 + 1.0) = 0.15 -> -log sigmoid(0.15)
     out = DPO(beta=0.1).loss(batch)
     assert float(out.loss) == pytest.approx(-math.log(1 / (1 + math.exp(-0.15))), rel=1e-6)
@@ -153,7 +154,7 @@ def test_pairs_come_from_siblings_with_enough_margin():
     # s0: best 1 (1.0), worst 2 (0.1): gap 0.9 >= 0.2; s1: gap 0.1 < 0.2; s2: a single branch
     assert preference_pairs(rows, returns, margin=0.2) == [(1, 2)]
     batch = DPO().prepare(rows, RewardBreakdown(total=returns))
-    assert batch["size"] == 2 and float(batch["metrics"]["pairs"]) == 1.0
+    assert batch.size == 2 and float(batch.metrics["pairs"]) == 1.0
     assert registry.resolve("algorithm", "dpo") is DPO
     assert registry.resolve("reward", "evo_rag") is EvoRagReward
 

@@ -69,7 +69,7 @@ def test_selection_defaults_to_the_reward_with_margin_0_2():
     assert preference_pairs(rows, torch.tensor([0.19, 0.0, 0.21, 0.0]), margin=0.2) == [(2, 3)]
     dpo.scorer = lambda ts: torch.tensor([0.0, 9.0, 0.0, 9.0])  # attached, but not asked by default
     batch = dpo.prepare(rows, RewardBreakdown(total=torch.tensor([0.19, 0.0, 0.21, 0.0])))
-    assert batch["size"] == 2 and "rm_agreement" not in batch["metrics"]
+    assert batch.size == 2 and "rm_agreement" not in batch.metrics
 
 
 # ---- item 8: the model embeds the trajectory prefix (s_t, a_t) --------------------------------
@@ -116,14 +116,14 @@ def _pairs_at(n: int, offset: int) -> tuple[list[Trajectory], RewardBreakdown]:
 def test_dpo_collects_then_trains_in_mini_batches_over_epochs():
     dpo = DPO(collect_steps=2, epochs=2, max_pairs=2)
     first = dpo.prepare(*_pairs_at(2, 100))  # step 1: store 2 pairs, no update
-    assert first["size"] == 0 and float(first["metrics"]["pairs_stored"]) == 2.0
+    assert first.size == 0 and float(first.metrics["pairs_stored"]) == 2.0
     batch = dpo.prepare(*_pairs_at(1, 200))  # step 2 (= M): 3 stored pairs -> 6 rows
-    assert batch["size"] == 6 and float(batch["metrics"]["pairs_used"]) == 3.0
+    assert batch.size == 6 and float(batch.metrics["pairs_used"]) == 3.0
     # rows: chosen, rejected per pair in store order (completion tokens 100/101, 102/103, 200/201)
-    assert batch["input_ids"][:, -1].tolist() == [100, 101, 102, 103, 200, 201]
+    assert batch.batch.input_ids[:, -1].tolist() == [100, 101, 102, 103, 200, 201]
     # E = 2 epochs x ceil(3 pairs / 2) = 2 mini-batches each = 4 optimizer steps; a chunk of 2
     # pairs is scaled 1/2, of 1 pair 1/1 (the loss is the mean over the step's pairs)
-    minis = batch["mini_batches"]
+    minis = batch.batch.mini_batches
     assert len(minis) == 4 and sorted(s for _, s in minis) == [0.5, 0.5, 1.0, 1.0]
     for epoch in (minis[:2], minis[2:]):  # each epoch sees every row once, pairs kept whole
         rows = torch.cat([r for r, _ in epoch]).tolist()
@@ -131,7 +131,7 @@ def test_dpo_collects_then_trains_in_mini_batches_over_epochs():
     assert dpo.stored == [] and dpo.collected == 0  # the store starts over
     # the online variant: each step's pairs, one optimizer step
     online = DPO().prepare(*_pairs_at(3, 0))
-    assert [(r.tolist(), s) for r, s in online["mini_batches"]] == [(list(range(6)), 1 / 3)]
+    assert [(r.tolist(), s) for r, s in online.batch.mini_batches] == [(list(range(6)), 1 / 3)]
 
 
 def test_dpo_store_goes_through_a_checkpoint(tmp_path):
@@ -144,7 +144,7 @@ def test_dpo_store_goes_through_a_checkpoint(tmp_path):
     assert torch.equal(fresh.stored[1]["rejected"]["completion_ids"], torch.tensor([13]))
     for d in (dpo, fresh):  # both continue alike: step 2 stores, step 3 trains on 2 + 2 + 2 pairs
         d.prepare(*_pairs_at(2, 20))
-    assert [float(d.prepare(*_pairs_at(2, 30))["metrics"]["pairs_used"]) for d in (dpo, fresh)] == [6.0, 6.0]
+    assert [float(d.prepare(*_pairs_at(2, 30)).metrics["pairs_used"]) for d in (dpo, fresh)] == [6.0, 6.0]
 
 
 class _Distinct(RolloutEngine):

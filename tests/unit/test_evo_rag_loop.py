@@ -117,13 +117,13 @@ def test_dpo_ranks_by_the_reward_model_once_attached():
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 0.5]), components={})
     dpo = DPO(selection="reward_model", margin=0.2)
     batch = dpo.prepare(trajs, rewards)  # no scorer yet: by return, chosen 0 / rejected 1
-    assert batch["input_ids"][0, -1] == 3 and batch["input_ids"][1, -1] == 4
+    assert batch.batch.input_ids[0, -1] == 3 and batch.batch.input_ids[1, -1] == 4
     dpo.scorer = lambda ts: torch.tensor([0.0, 0.1, 2.0])  # the model prefers 2 over 0
     batch = dpo.prepare(trajs, rewards)
-    assert batch["input_ids"][0, -1] == 5 and batch["input_ids"][1, -1] == 3
-    assert float(batch["metrics"]["rm_agreement"]) == 0.0  # return(2) = 0.5 < return(0) = 1.0
+    assert batch.batch.input_ids[0, -1] == 5 and batch.batch.input_ids[1, -1] == 3
+    assert float(batch.metrics["rm_agreement"]) == 0.0  # return(2) = 0.5 < return(0) = 1.0
     dpo.scorer = lambda ts: torch.tensor([0.0, 0.1, 0.15])  # score gaps under delta: no pair
-    assert dpo.prepare(trajs, rewards)["size"] == 0
+    assert dpo.prepare(trajs, rewards).size == 0
     with pytest.raises(ValueError, match="selection 'rm' is not known; allowed: return, reward_model"):
         DPO(selection="rm")
 
@@ -135,8 +135,8 @@ def test_max_pairs_keeps_the_largest_gaps():
              for i in range(6)]
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 3.0, 0.0, 2.0, 0.0]), components={})
     batch = DPO(max_pairs=2).prepare(trajs, rewards)
-    assert batch["size"] == 4 and float(batch["metrics"]["pairs"]) == 3.0
-    assert batch["input_ids"][:, -1].tolist() == [5, 6, 7, 8]  # gaps 3 and 2, not 1
+    assert batch.size == 4 and float(batch.metrics["pairs"]) == 3.0
+    assert batch.batch.input_ids[:, -1].tolist() == [5, 6, 7, 8]  # gaps 3 and 2, not 1
 
 
 def test_policy_and_reward_model_epochs_alternate_through_lightning(setup):

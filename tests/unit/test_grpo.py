@@ -5,20 +5,13 @@ import torch
 
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.types import Example, RewardBreakdown, Trajectory
+from tests.helpers import token_trajectory, train_batch
 
 EX = Example(id="q", question="?", answers=["a"])
 
 
 def traj(group: int, n_tokens: int) -> Trajectory:
-    return Trajectory(
-        example=EX,
-        group=group,
-        prompt_ids=torch.tensor([5, 6]),
-        completion_ids=torch.arange(1, n_tokens + 1),
-        loss_mask=torch.ones(n_tokens),
-        sampling_logprobs=torch.full((n_tokens,), -1.0),
-        text="",
-    )
+    return token_trajectory(group, n_tokens, EX)
 
 
 def test_group_advantages_by_hand():
@@ -40,27 +33,25 @@ def test_drop_zero_variance_groups():
     trajs = [traj(0, 2), traj(0, 2), traj(1, 3), traj(1, 3)]
     rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0, 2.0, 2.0]))
     kept = GRPO(drop_zero_variance_groups=True).prepare(trajs, rewards)
-    assert kept["size"] == 2
-    assert kept["metrics"]["zero_variance_group_fraction"].item() == 0.5
+    assert kept.size == 2
+    assert kept.metrics["zero_variance_group_fraction"].item() == 0.5
     all_flat = GRPO(drop_zero_variance_groups=True).prepare(
         trajs[2:], RewardBreakdown(total=torch.tensor([2.0, 2.0]))
     )
-    assert all_flat["size"] == 0
+    assert all_flat.size == 0 and all_flat.batch is None
 
 
 def test_token_weights_per_aggregation():
     # two samples with 2 and 4 completion tokens; padded width C = 4; N = 2
     trajs = [traj(0, 2), traj(0, 4)]
     rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0]))
-    seq = GRPO(loss_aggregation="sequence").prepare(trajs, rewards)["token_weights"]
+    seq = GRPO(loss_aggregation="sequence").prepare(trajs, rewards).batch.token_weights
     # sequence: 1 / (|o_i| * N) -> row 0: 1/(2*2) = 0.25 on 2 tokens; row 1: 1/(4*2) = 0.125 on 4
     assert seq.tolist() == [[0.25, 0.25, 0, 0], [0.125] * 4]
-    tok = GRPO(loss_aggregation="token").prepare(trajs, rewards)["token_weights"]
+    tok = GRPO(loss_aggregation="token").prepare(trajs, rewards).batch.token_weights
     # token: 1 / sum |o_i| = 1/6 on every real token
     assert torch.allclose(tok, torch.tensor([[1 / 6, 1 / 6, 0, 0], [1 / 6] * 4]))
-    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards)[
-        "token_weights"
-    ]
+    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards).batch.token_weights
     # constant (Dr. GRPO): 1 / (N * L_max) = 1 / (2 * 8) = 0.0625
     assert const.tolist() == [[0.0625, 0.0625, 0, 0], [0.0625] * 4]
     for w in (seq, tok):  # both normalize to a mean: weights sum to 1 over the batch
@@ -72,14 +63,14 @@ def test_loss_by_hand_on_policy():
     # per-token = -A * 1 -> [-1, 1]; loss = 0.5 * -1 + 0.5 * 1 = 0; with beta: + beta * k2
     algo = GRPO(beta=0.1, kl_estimator="k2")
     logp = torch.tensor([[-1.0], [-2.0]], requires_grad=True)
-    batch = {
-        "logprobs": logp,
-        "old_logprobs": logp.detach(),
-        "completion_mask": torch.ones(2, 1),
-        "advantages": torch.tensor([1.0, -1.0]),
-        "token_weights": torch.full((2, 1), 0.5),
-        "ref_logprobs": torch.tensor([[-1.5], [-2.0]]),
-    }
+    batch = train_batch(
+        torch.ones(2, 1),
+        logprobs=logp,
+        old_logprobs=logp.detach(),
+        advantages=torch.tensor([1.0, -1.0]),
+        token_weights=torch.full((2, 1), 0.5),
+        ref_logprobs=torch.tensor([[-1.5], [-2.0]]),
+    )
     out = algo.loss(batch)
     # k2 row 0 = 0.5 * (-1.5 + 1)^2 = 0.125; row 1 = 0 -> loss = 0 + 0.1 * 0.5 * 0.125 = 0.00625
     assert out.loss.item() == pytest.approx(0.00625)
@@ -93,20 +84,20 @@ def test_loss_by_hand_on_policy():
 def test_clipping_asymmetric():
     # ratio = e^0.5 = 1.6487 with A = +1: clipped at 1 + eps_high
     algo = GRPO(beta=0.0, epsilon=0.2, epsilon_high=0.28)
-    batch = {
-        "logprobs": torch.tensor([[0.0]], requires_grad=True),
-        "old_logprobs": torch.tensor([[-0.5]]),
-        "completion_mask": torch.ones(1, 1),
-        "advantages": torch.tensor([1.0]),
-        "token_weights": torch.ones(1, 1),
-    }
+    batch = train_batch(
+        torch.ones(1, 1),
+        logprobs=torch.tensor([[0.0]], requires_grad=True),
+        old_logprobs=torch.tensor([[-0.5]]),
+        advantages=torch.tensor([1.0]),
+        token_weights=torch.ones(1, 1),
+    )
     out = algo.loss(batch)
     assert out.loss.item() == pytest.approx(-1.28)  # -min(1.6487, 1.28) * 1
     assert out.metrics["clip_fraction"].item() == 1.0
     # ratio = e^-0.5 = 0.6065 with A = -1: -min(-0.6065, -0.8) = 0.8 (lower clip binds)
-    batch["advantages"] = torch.tensor([-1.0])
-    batch["logprobs"] = torch.tensor([[-0.5]], requires_grad=True)
-    batch["old_logprobs"] = torch.tensor([[0.0]])
+    batch.advantages = torch.tensor([-1.0])
+    batch.logprobs = torch.tensor([[-0.5]], requires_grad=True)
+    batch.old_logprobs = torch.tensor([[0.0]])
     assert algo.loss(batch).loss.item() == pytest.approx(0.8)
 
 
@@ -118,15 +109,15 @@ def test_truncated_importance_sampling_by_hand():
     # A = 1 for the row, token weights 1/3 each: loss = -(1.6487 + 2 + 0.3679) / 3 = -1.3389
     algo = GRPO(beta=0.1, kl_estimator="k2", importance_sampling_cap=2.0)
     logp = torch.tensor([[-1.0, -1.0, -2.0]], requires_grad=True)
-    batch = {
-        "logprobs": logp,
-        "old_logprobs": logp.detach(),
-        "completion_mask": torch.ones(1, 3),
-        "sampling_logprobs": torch.tensor([[-1.5, -2.0, -1.0]]),
-        "advantages": torch.tensor([1.0]),
-        "token_weights": torch.full((1, 3), 1 / 3),
-        "ref_logprobs": logp.detach(),  # KL 0: not weighted
-    }
+    batch = train_batch(
+        torch.ones(1, 3),
+        logprobs=logp,
+        old_logprobs=logp.detach(),
+        sampling_logprobs=torch.tensor([[-1.5, -2.0, -1.0]]),
+        advantages=torch.tensor([1.0]),
+        token_weights=torch.full((1, 3), 1 / 3),
+        ref_logprobs=logp.detach(),  # KL 0: not weighted
+    )
     out = algo.loss(batch)
     assert out.loss.item() == pytest.approx(-(1.6487213 + 2.0 + 0.3678794) / 3, abs=1e-5)
     assert out.metrics["is_weight_capped_fraction"].item() == pytest.approx(1 / 3)
@@ -163,26 +154,11 @@ def test_token_aggregation_loss_by_hand_and_across_micro_batches():
     losses = {}
     for mode in ("sequence", "token"):
         algo = GRPO(beta=0.0, loss_aggregation=mode)
-        batch = algo.prepare(trajs, rewards)
-        logp = torch.full((2, 3), -1.0)
-        full = dict(batch, logprobs=logp, old_logprobs=logp)
+        full = algo.prepare(trajs, rewards).batch
+        full.logprobs = full.old_logprobs = torch.full((2, 3), -1.0)
         losses[mode] = algo.loss(full).loss.item()
         # two micro-batches of one row each add up to the whole batch (weights are global)
-        parts = [
-            algo.loss(
-                {
-                    k: full[k][i : i + 1]
-                    for k in (
-                        "logprobs",
-                        "old_logprobs",
-                        "completion_mask",
-                        "advantages",
-                        "token_weights",
-                    )
-                }
-            ).loss.item()
-            for i in (0, 1)
-        ]
+        parts = [algo.loss(full.rows(torch.tensor([i]))).loss.item() for i in (0, 1)]
         assert sum(parts) == pytest.approx(losses[mode], abs=1e-6)
     assert losses["sequence"] == pytest.approx(0.0, abs=1e-6)
     assert losses["token"] == pytest.approx(a / 2, abs=1e-5)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lit_rag.plugins.algorithms.kl import ESTIMATORS, get_estimator, k1, k2, k3, low_var_kl
+from lit_rag.kl import ESTIMATORS, get_estimator, k1, k2, k3, low_var_kl
 
 
 def test_estimators_by_hand():

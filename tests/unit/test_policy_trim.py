@@ -3,10 +3,10 @@ the log-probs must equal those of the fully padded batch on every real token."""
 
 import torch
 
+from lit_rag.api import collate
 from lit_rag.modules.loading import ModelConfig, TinyConfig
 from lit_rag.modules.logprobs import completion_logprobs
 from lit_rag.modules.policy import PolicyModule
-from lit_rag.plugins.algorithms.batching import collate
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
 from lit_rag.plugins.rewards.qa import ExactMatchReward
@@ -29,14 +29,14 @@ def test_trimmed_micro_batch_logprobs_match_the_padded_batch():
         for p, c in shapes
     ]
     batch = collate(trajectories)
-    width = batch["completion_mask"].shape[1]
+    width = batch.width
     with torch.no_grad():
-        full = completion_logprobs(model, batch["input_ids"], batch["attention_mask"], width)
+        full = completion_logprobs(model, batch.input_ids, batch.attention_mask, width)
         for rows in (torch.tensor([1, 3]), torch.tensor([2]), torch.tensor([0, 1, 2, 3])):
-            micro = {k: v[rows] for k, v in batch.items()}
+            micro = batch.rows(rows)
             trimmed = module._logprobs(model, micro, width)
-            mask = micro["completion_mask"] > 0
+            mask = micro.completion_mask > 0
             assert trimmed.shape == (len(rows), width)
             assert torch.allclose(trimmed[mask], full[rows][mask], atol=1e-5)
-            used = int(micro["attention_mask"][:, -width:].sum(-1).max())
+            used = int(micro.attention_mask[:, -width:].sum(-1).max())
             assert torch.all(trimmed[:, used:] == 0)  # columns cut off: padded back with zeros

@@ -7,17 +7,22 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
+from helpers import require_package
 
+from lit_rag.api import Reward
 from lit_rag.data.datamodule import QADataModule
-from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model, load_tokenizer
+from lit_rag.modules.loading import (
+    LoraSettings,
+    ModelConfig,
+    TinyConfig,
+    load_model,
+    load_tokenizer,
+)
 from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import RewardBreakdown
-
-from helpers import require_package
 
 require_package("bitsandbytes", "pip install bitsandbytes==0.50.2")
 

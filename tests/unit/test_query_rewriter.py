@@ -3,6 +3,7 @@ search -> backtrack -> answer, search -> refuse, T_max, and sibling branches for
 
 import pytest
 import torch
+from helpers import ScriptedPolicy
 
 from lit_rag import registry
 from lit_rag.plugins.algorithms.dpo import DPO
@@ -11,8 +12,6 @@ from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
-
-from helpers import ScriptedPolicy
 
 CORPUS = [Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
           Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
@@ -93,5 +92,5 @@ def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
     # evidence (unanswerable: +1 * 0.5 - 0.02 = 0.48): the main path is chosen
     assert returns.tolist() == pytest.approx([2.011, 0.48])
     batch = DPO(margin=0.2).prepare(trajectories, reward(trajectories))
-    assert batch["size"] == 2 and float(batch["metrics"]["return_gap"]) == pytest.approx(1.531)
+    assert batch.size == 2 and float(batch.metrics["return_gap"]) == pytest.approx(1.531)
     assert registry.resolve("environment", "query_rewriter") is QueryRewriterEnvironment

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lit_rag.api import Reward
 from lit_rag.plugins.rewards.arena import ArenaReward
-from lit_rag.plugins.rewards.base import Reward
 from lit_rag.plugins.rewards.composite import CompositeReward, short_name
 from lit_rag.plugins.rewards.qa import ExactMatchReward, F1Reward
 from lit_rag.types import Example, Passage, RewardBreakdown, Trajectory

@@ -8,14 +8,8 @@ import time
 import pytest
 import torch
 
-from lit_rag.plugins.rewards.qa import (
-    ExactMatchReward,
-    F1Reward,
-    exact_match,
-    extract_tag,
-    f1_score,
-    normalize_answer,
-)
+from lit_rag.api import exact_match, extract_tag, f1_score, normalize_answer
+from lit_rag.plugins.rewards.qa import ExactMatchReward, F1Reward
 from lit_rag.types import Example, Trajectory
 
 

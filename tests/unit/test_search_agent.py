@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import ScriptedPolicy
 
-from lit_rag.plugins.algorithms.batching import collate
+from lit_rag.api import collate
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.search_agent import (
     EVAL_RAR_PROMPT,
@@ -233,25 +233,25 @@ def test_gradient_is_exactly_zero_at_inserted_tokens(tiny_policy, retriever):
     trajectories, _ = run(env, tok, calls, group_size=2)
     rewards = EvalRarReward()(trajectories)
     algorithm = GRPO(beta=0.04, kl_estimator="k3")
-    batch = algorithm.prepare(trajectories, rewards)
-    width = batch["completion_mask"].shape[1]
+    batch = algorithm.prepare(trajectories, rewards).batch
+    width = batch.completion_mask.shape[1]
     torch.manual_seed(0)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logits = logits[:, -width - 1 : -1].float()  # position t predicts completion token t
     logits.retain_grad()
-    targets = batch["input_ids"][:, -width:]
+    targets = batch.input_ids[:, -width:]
     logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    batch["logprobs"] = logprobs
-    batch["old_logprobs"] = logprobs.detach()
-    batch["ref_logprobs"] = logprobs.detach() - 40.0  # exp(ref - logp) overflows if unmasked
+    batch.logprobs = logprobs
+    batch.old_logprobs = logprobs.detach()
+    batch.ref_logprobs = logprobs.detach() - 40.0  # exp(ref - logp) overflows if unmasked
     algorithm.loss(batch).loss.backward()
     grad = logits.grad.abs().sum(-1)  # [N, C]
-    mask = batch["completion_mask"]
+    mask = batch.completion_mask
     assert (mask == 0).any() and (mask == 1).any()
     assert torch.all(grad[mask == 0] == 0)
     assert torch.isfinite(logits.grad).all()
     assert torch.all(grad[mask == 1] > 0)
-    assert collate(trajectories)["completion_mask"].sum() == sum(
+    assert collate(trajectories).completion_mask.sum() == sum(
         t.num_generated for t in trajectories
     )
 

@@ -46,9 +46,15 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from lit_rag.plugins.algorithms.base import Algorithm, LossOutput
-from lit_rag.plugins.algorithms.batching import collate
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import (
+    Algorithm,
+    LossOutput,
+    Prepared,
+    RewardBreakdown,
+    TrainBatch,
+    Trajectory,
+    collate,
+)
 
 SELECTIONS = ("return", "reward_model")
 
@@ -115,7 +121,7 @@ class DPO(Algorithm):
         self.beta, self.margin, self.reference_free = beta, margin, reference_free
         self.selection, self.max_pairs = selection, max_pairs
         self.collect_steps, self.epochs, self.seed = collect_steps, epochs, seed
-        #: ``trajectories -> [N]`` preference scores; set by the reward-model callback
+        #: ``trajectories -> [N]`` preference scores; set by the reward-model callback (``wants_scorer``)
         self.scorer: Callable[[list[Trajectory]], torch.Tensor] | None = None
         self.mu = 1
         self.stored: list[dict] = []  # {"chosen": row, "rejected": row, "gap": float}
@@ -129,6 +135,10 @@ class DPO(Algorithm):
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
         return not self.reference_free
+
+    @property
+    def wants_scorer(self) -> bool:  # type: ignore[override]
+        return self.selection == "reward_model"
 
     def select(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> tuple[list[tuple[int, int]], dict]:
         """This step's pairs and their metrics (the largest gaps first when capped online)."""
@@ -151,22 +161,22 @@ class DPO(Algorithm):
             metrics["return_gap"] = torch.tensor([float(returns[c] - returns[r]) for c, r in pairs]).mean()
         return pairs, metrics
 
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> dict:
+    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> Prepared:
         pairs, metrics = self.select(trajectories, rewards)
         self.stored += [{"chosen": _row(trajectories[c]), "rejected": _row(trajectories[r])} for c, r in pairs]
         self.collected += 1
         if self.collected < self.collect_steps:  # Algorithm 1, lines 3-11: collect, no update yet
             metrics["pairs_stored"] = torch.tensor(float(len(self.stored)))
-            return {"size": 0, "metrics": metrics}
+            return Prepared(batch=None, metrics=metrics)
         stored, self.stored, self.collected = self.stored, [], 0  # line 12: fine-tune on them
         metrics["pairs_used"] = torch.tensor(float(len(stored)))
         if not stored:
-            return {"size": 0, "metrics": metrics}
+            return Prepared(batch=None, metrics=metrics)
         rows = [_Row(**pair[side]) for pair in stored for side in ("chosen", "rejected")]  # c0, r0, c1, r1, ...
-        batch = collate(rows)  # type: ignore[arg-type]
-        batch.update(size=len(rows), metrics=metrics, mini_batches=self.mini_batches(len(stored)))
+        batch = collate(rows)
+        batch.mini_batches = self.mini_batches(len(stored))
         self.updates += 1
-        return batch
+        return Prepared(batch=batch, metrics=metrics)
 
     def mini_batches(self, n_pairs: int) -> list[tuple[torch.Tensor, float]]:
         """``epochs`` shuffled passes over the pairs in chunks of ``max_pairs``: (rows, 1 / pairs)."""
@@ -183,12 +193,12 @@ class DPO(Algorithm):
                 out.append((rows, 1.0 / len(chunk)))
         return out
 
-    def loss(self, batch: dict) -> LossOutput:
-        mask = batch["completion_mask"]  # [2P, C]
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        mask = batch.completion_mask  # [2P, C]
         keep = mask > 0
-        logp = torch.where(keep, batch["logprobs"], 0.0).sum(-1)  # [2P] sequence log-probs
+        logp = torch.where(keep, batch.logprobs, 0.0).sum(-1)  # [2P] sequence log-probs
         if not self.reference_free:
-            logp = logp - torch.where(keep, batch["ref_logprobs"], 0.0).sum(-1)
+            logp = logp - torch.where(keep, batch.ref_logprobs, 0.0).sum(-1)
         chosen, rejected = logp[0::2], logp[1::2]  # [P]
         margin = self.beta * (chosen - rejected)
         loss = -F.logsigmoid(margin).sum()  # the policy module scales by 1 / pairs of the optimizer step

@@ -30,16 +30,34 @@ equal weights. Truncated importance sampling (TIS, as TRL's
 ``vllm_importance_sampling_correction`` and verl's rollout correction do) weights the
 policy-gradient term of each token by ``min(pi_old / pi_engine, C)`` (detached; the KL term is
 not weighted). Off by default; C = 2 is the value verl and ms-swift ship.
+
+Variants are registered functions (STYLE.md 13): ``advantage`` names the advantage estimator
+(``grpo``, the group-normalized one above; ``rloo``, the leave-one-out baseline; see
+:mod:`~lit_rag.plugins.algorithms.estimators`) and ``policy_loss`` the per-token surrogate
+(``ppo_clip``, above; ``gspo``, the sequence-level ratio; see
+:mod:`~lit_rag.plugins.algorithms.losses`). A third-party package adds its own under the entry-
+point groups ``lit_rag.advantages`` / ``lit_rag.policy_losses`` and a recipe selects it by name.
 """
 
 from __future__ import annotations
 
 import torch
 
-from lit_rag.plugins.algorithms.base import Algorithm, LossOutput
-from lit_rag.plugins.algorithms.batching import collate
-from lit_rag.plugins.algorithms.kl import get_estimator
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import (
+    Algorithm,
+    LossOutput,
+    PolicyLossConfig,
+    Prepared,
+    RewardBreakdown,
+    TrainBatch,
+    Trajectory,
+    advantage_estimator,
+    collate,
+)
+from lit_rag.api import kl_estimator as kl_estimator_fn
+from lit_rag.api import (
+    policy_loss as policy_loss_fn,
+)
 
 AGGREGATIONS = ("sequence", "token", "constant")
 SCALINGS = ("group", "batch", "none")
@@ -65,6 +83,11 @@ class GRPO(Algorithm):
         importance_sampling_cap: Truncated importance-sampling correction for the
             engine/trainer mismatch: token weight ``min(pi_old / pi_engine, C)`` with this C;
             ``None`` turns it off.
+        advantage: Registered advantage estimator: ``grpo`` (group-normalized) or ``rloo``
+            (leave-one-out baseline), or a third party's.
+        policy_loss: Registered policy loss: ``ppo_clip`` (token ratio) or ``gspo``
+            (sequence-level ratio), or a third party's.
+        policy_loss_args: Further keyword settings a third-party policy loss reads.
     """
 
     def __init__(
@@ -81,6 +104,9 @@ class GRPO(Algorithm):
         dynamic_sampling_rounds: int = 0,
         overlong: str = "keep",
         importance_sampling_cap: float | None = None,
+        advantage: str = "grpo",
+        policy_loss: str = "ppo_clip",
+        policy_loss_args: dict | None = None,
     ) -> None:
         if overlong not in ("keep", "mask"):
             raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
@@ -104,7 +130,9 @@ class GRPO(Algorithm):
             raise ValueError(f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}")
         self.beta = beta
         self.kl_estimator = kl_estimator
-        self.kl = get_estimator(kl_estimator)
+        self.kl = kl_estimator_fn(kl_estimator)
+        self.advantage, self.advantage_fn = advantage, advantage_estimator(advantage)
+        self.policy_loss, self.policy_loss_fn = policy_loss, policy_loss_fn(policy_loss)
         self.epsilon_low = epsilon
         self.epsilon_high = epsilon if epsilon_high is None else epsilon_high
         self.mu = mu
@@ -115,6 +143,7 @@ class GRPO(Algorithm):
         self.dynamic_sampling_rounds = dynamic_sampling_rounds
         self.overlong = overlong
         self.importance_sampling_cap = importance_sampling_cap
+        self.loss_config = PolicyLossConfig(self.epsilon_low, self.epsilon_high, dict(policy_loss_args or {}))
 
     def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
         """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
@@ -126,25 +155,24 @@ class GRPO(Algorithm):
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.beta > 0
 
+    @property
+    def kl_coef(self) -> float:  # type: ignore[override]
+        return self.beta
+
+    @kl_coef.setter
+    def kl_coef(self, value: float) -> None:
+        self.beta = float(value)
+
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Group-normalized advantages ``[N]`` and a ``[N]`` mask of zero-variance groups."""
-        advantages = torch.zeros_like(rewards)
+        """The estimator's advantages ``[N]`` and a ``[N]`` mask of zero-variance groups."""
         flat = torch.zeros_like(rewards, dtype=torch.bool)
-        batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_tensor(0.0)
         for g in groups.unique():
             idx = groups == g
             r = rewards[idx]  # [G]
-            std = r.std() if r.numel() > 1 else r.new_tensor(0.0)
-            centered = r - r.mean()
-            if self.scale_rewards == "group":
-                centered = centered / (std + 1e-4)
-            elif self.scale_rewards == "batch":
-                centered = centered / (batch_std + 1e-4)
-            advantages[idx] = centered
-            flat[idx] = bool(std < 1e-6) or r.numel() == 1
-        return advantages, flat
+            flat[idx] = r.numel() == 1 or bool(r.std() < 1e-6)
+        return self.advantage_fn(rewards, groups, self.scale_rewards), flat
 
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> dict:
+    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> Prepared:
         """Advantages and token weights; with ``max_groups``, the first that many kept groups."""
         total = rewards.total.float()
         if total.dim() != 1:
@@ -162,13 +190,13 @@ class GRPO(Algorithm):
         }
         kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
         if not kept:
-            return {"size": 0, "metrics": metrics}
+            return Prepared(batch=None, metrics=metrics)
         batch = collate(kept)
         if self.overlong == "mask":
             truncated = torch.tensor([t.truncated for t in kept])
-            batch["completion_mask"][truncated] = 0.0
+            batch.completion_mask[truncated] = 0.0
             metrics["overlong_masked_fraction"] = truncated.float().mean()
-        mask = batch["completion_mask"]  # [N, C]
+        mask = batch.completion_mask  # [N, C]
         n, width = mask.shape
         lengths = mask.sum(-1).clamp(min=1)  # [N]
         if self.loss_aggregation == "sequence":
@@ -177,39 +205,32 @@ class GRPO(Algorithm):
             weights = mask / mask.sum().clamp(min=1)
         else:
             weights = mask / (n * (self.max_completion_length or width))
-        batch.update(
-            advantages=advantages[keep], token_weights=weights, size=n, metrics=metrics,
-        )
-        return batch
+        batch.advantages, batch.token_weights = advantages[keep], weights
+        return Prepared(batch=batch, metrics=metrics)
 
-    def loss(self, batch: dict) -> LossOutput:
-        mask = batch["completion_mask"]  # [B, C]
+    def loss(self, batch: TrainBatch) -> LossOutput:
+        mask = batch.completion_mask  # [B, C]
         # Tokens outside the loss (padding, text the environment inserted) are replaced by a
         # constant before any arithmetic: their gradient is exactly zero (a selection, not a
         # multiplication by 0 that an inf in exp(.) would turn into NaN).
         keep = mask > 0
-        logp = torch.where(keep, batch["logprobs"], 0.0)  # [B, C], with grad
-        old = torch.where(keep, batch["old_logprobs"], 0.0)  # [B, C]
-        adv = batch["advantages"].unsqueeze(-1)  # [B, 1]
-        ratio = torch.exp(logp - old)
-        clipped = ratio.clamp(1 - self.epsilon_low, 1 + self.epsilon_high)
-        per_token = -torch.min(ratio * adv, clipped * adv)  # [B, C]
+        logp = torch.where(keep, batch.logprobs, 0.0)  # [B, C], with grad
+        old = torch.where(keep, batch.old_logprobs, 0.0)  # [B, C]
+        out = self.policy_loss_fn(logp, old, batch.advantages, mask, self.loss_config)
+        per_token, metrics = out.per_token, dict(out.metrics)  # [B, C]
         tokens = mask.sum().clamp(min=1)
-        metrics: dict[str, torch.Tensor] = {
-            "clip_fraction": (((ratio - clipped).abs() > 0).float() * mask).sum().detach() / tokens,
-        }
         if self.importance_sampling_cap is not None:  # TIS: min(pi_old / pi_engine, C) per token
-            engine = torch.where(keep, batch["sampling_logprobs"], 0.0)  # [B, C]
+            engine = torch.where(keep, batch.sampling_logprobs, 0.0)  # [B, C]
             weight = torch.exp(old.detach() - engine)  # [B, C]
             metrics["is_weight_capped_fraction"] = ((weight > self.importance_sampling_cap).float() * mask).sum() / tokens
             weight = weight.clamp(max=self.importance_sampling_cap)
             metrics["is_weight_mean"] = (weight * mask).sum() / tokens
             per_token = per_token * weight
         if self.beta > 0:
-            kl = self.kl(logp, torch.where(keep, batch["ref_logprobs"], 0.0))  # [B, C]
+            kl = self.kl(logp, torch.where(keep, batch.ref_logprobs, 0.0))  # [B, C]
             per_token = per_token + self.beta * kl
             metrics["kl"] = ((kl * mask).sum() / tokens).detach()
-        loss = (per_token * batch["token_weights"]).sum()
+        loss = (torch.where(keep, per_token, 0.0) * batch.token_weights).sum()
         return LossOutput(loss=loss, metrics=metrics)
 
 

@@ -26,11 +26,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
-from lit_rag.plugins.rewards.qa import extract_tag
-from lit_rag.retrieval.base import Retriever
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage, Step, Trajectory
+from lit_rag.api import (
+    Example,
+    Generation,
+    Passage,
+    RetrievalEnvironment,
+    Retriever,
+    RolloutEngine,
+    SamplingParams,
+    Step,
+    Trajectory,
+    chat_prompt,
+    encode_prompts,
+    extract_tag,
+)
 
 QUERY_REWRITER_PROMPT = (
     "Answer the question by searching step by step. Each step, write exactly one action:\n"
@@ -125,6 +134,10 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         self.prompt, self.state_template = prompt, state_template
         self.use_chat_template, self.assistant_prefix = use_chat_template, assistant_prefix
 
+    def build_prompt(self, example: Example, tokenizer) -> str:
+        """The first state's prompt (no sub-queries yet); :meth:`state_prompt` gives the others."""
+        return self.state_prompt(example, _Episode(0), tokenizer)
+
     def state_prompt(self, example: Example, e: _Episode, tokenizer) -> str:
         lines = []
         for i, (query, passages) in enumerate(e.kept):
@@ -197,12 +210,11 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             prompt, prompt_ids, gen = e.states[t], e.state_ids[t], e.actions[t]
             ids, logprobs, finished = gen.token_ids, gen.logprobs, gen.finished
         else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
-            prompt, prompt_ids, ids, logprobs, finished = "", [], torch.zeros(0, dtype=torch.long), torch.zeros(0), True
-        return Trajectory(
-            example=examples[e.example_index], group=e.example_index,
-            prompt_ids=torch.tensor(prompt_ids, dtype=torch.long),
-            completion_ids=ids, loss_mask=torch.ones_like(ids), sampling_logprobs=logprobs,
-            text="\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished, prompt_text=prompt,
+            prompt, prompt_ids, ids, logprobs, finished = "", [], [], [], True
+        return self.trajectory(
+            examples[e.example_index], e.example_index, prompt_ids, ids, logprobs,
+            "\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished,
+            prompt_text=prompt,
             meta={"state": state, "branch_step": t,
                   "passages": {p.id: p for found in e.found for p in found}},
         )

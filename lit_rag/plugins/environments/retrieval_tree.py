@@ -50,11 +50,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
-from lit_rag.plugins.rewards.qa import extract_tag, normalize_answer, tag_blocks
-from lit_rag.retrieval.base import Retriever
-from lit_rag.rollout.base import RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage, Step, Trajectory
+from lit_rag.api import (
+    Example,
+    Passage,
+    RetrievalEnvironment,
+    Retriever,
+    RolloutEngine,
+    SamplingParams,
+    Step,
+    Trajectory,
+    encode_prompts,
+    extract_tag,
+    normalize_answer,
+    tag_blocks,
+)
 
 #: R2AG Appendix G.1 (verbatim).
 R2AG_PROMPT = (
@@ -187,6 +196,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             by default (the paper's prompt has none); small models need one.
     """
 
+    grows_forest = True  # next_contexts: Algorithm 1's RR-Forest
+
     def __init__(
         self,
         retriever: Retriever,
@@ -241,12 +252,6 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         self.example = example
 
     # ---- prompts ---------------------------------------------------------------------------
-    def _chat(self, tokenizer, system: str, user: str) -> str:
-        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
-        if text is None:
-            return f"{system}\n\n{user}\n" if system else f"{user}\n"
-        return text
-
     def format_evidence(self, passages: list[Passage]) -> str:
         if not passages:
             return NO_EVIDENCE
@@ -266,7 +271,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             question=example.question, evidences=self.format_evidence(passages)
         )
         system = f"{self.prompt}\n\nExample:\n{self.example}" if self.example else self.prompt
-        return self._chat(tokenizer, system, user) + self.assistant_prefix
+        return self.chat(tokenizer, system, user) + self.assistant_prefix
 
     # ---- training: one expansion per sample ------------------------------------------------
     def rollout(
@@ -276,19 +281,14 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         group_size: int,
         params: SamplingParams,
     ) -> list[Trajectory]:
-        tok = engine.tokenizer
-        prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
-        prompt_ids = encode_prompts(tok, prompt_texts)
-        generations = engine.generate(
-            [ids for ids in prompt_ids for _ in range(group_size)], params
-        )
+        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        generations = engine.generate(prompts.repeated, params)
         parsed = [
             parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations
         ]
         hits = self._search([p.base + p.predicted for p in parsed], self.top_k)
         trajectories = []
-        for i, (gen, exp, found) in enumerate(zip(generations, parsed, hits)):
-            group = i // group_size
+        for group, gen, exp, found in zip(prompts.groups, generations, parsed, hits):
             example = examples[group]
             state = tree_state(example)
             steps = [
@@ -303,17 +303,16 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
                 steps.append(Step(action="stop"))
             passages = {h.passage.id: h.passage for hs in found for h in hs}
             trajectories.append(
-                Trajectory(
-                    example=example,
-                    group=group,
-                    prompt_ids=torch.tensor(prompt_ids[group], dtype=torch.long),
-                    completion_ids=gen.token_ids,
-                    loss_mask=torch.ones_like(gen.token_ids),
-                    sampling_logprobs=gen.logprobs,
-                    text=self.assistant_prefix + gen.text,
+                self.trajectory(
+                    example,
+                    group,
+                    prompts.ids[group],
+                    gen.token_ids,
+                    gen.logprobs,
+                    self.assistant_prefix + gen.text,
                     steps=steps,
                     truncated=not gen.finished,
-                    prompt_text=prompt_texts[group],
+                    prompt_text=prompts.texts[group],
                     meta={
                         "depth": state["depth"],
                         "prior": list(state["retrieved"]),
@@ -398,13 +397,9 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             if not live:
                 break
             started = time.perf_counter()
-            prompts = [
-                tok(
-                    self.build_prompt(examples[i], tok, list(evidence[i].values())),
-                    add_special_tokens=False,
-                )["input_ids"]
-                for i in live
-            ]
+            prompts = encode_prompts(
+                tok, [self.build_prompt(examples[i], tok, list(evidence[i].values())) for i in live]
+            )
             generations = engine.generate(prompts, params)
             parsed = [
                 parse_expansion(self.assistant_prefix + g.text, self.max_queries)
@@ -438,14 +433,13 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         for i, ex in enumerate(examples):
             ids, lp, text, finished = answers[i]
             out.append(
-                Trajectory(
-                    example=ex,
-                    group=i,
-                    prompt_ids=torch.zeros(0, dtype=torch.long),
-                    completion_ids=ids,
-                    loss_mask=torch.ones_like(ids),
-                    sampling_logprobs=lp,
-                    text=text,
+                self.trajectory(
+                    ex,
+                    i,
+                    [],  # the trees' prompts are many; the reader's answer is the completion
+                    ids,
+                    lp,
+                    text,
                     steps=steps[i],
                     truncated=not finished,
                     prompt_text=texts[i],
@@ -470,20 +464,15 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         if not self.reader_prompt:
             return [empty] * len(examples)
         tok = engine.tokenizer
-        prompts = []
+        texts = []
         for ex, docs in zip(examples, documents):
             listing = (
                 "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(docs))
                 or NO_EVIDENCE
             )
-            prompts.append(
-                tok(
-                    self._chat(
-                        tok, "", self.reader_prompt.format(documents=listing, question=ex.question)
-                    ),
-                    add_special_tokens=False,
-                )["input_ids"]
-            )
+            user = self.reader_prompt.format(documents=listing, question=ex.question)
+            texts.append(self.chat(tok, "", user))
+        prompts = encode_prompts(tok, texts)
         params = SamplingParams(
             max_new_tokens=self.reader_max_new_tokens, temperature=0.0, stop=["</answer>"]
         )
@@ -499,7 +488,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         """Training: queries, stop rate, format. Inference: Recall, Full-Recall, K (``avg_k``),
         mAP, iterations and seconds per query (Tables 1 and 4), and the branches the top-t/x
         selection dropped per query."""
-        from lit_rag.metrics.retrieval import average_precision
+        from lit_rag.api import average_precision
 
         if not trajectories:
             return {}

@@ -48,11 +48,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lit_rag.plugins.environments.base import RetrievalEnvironment, chat_prompt, encode_prompts
-from lit_rag.plugins.rewards.qa import extract_tag
-from lit_rag.retrieval.base import Retriever
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-from lit_rag.types import Example, Step, Trajectory
+from lit_rag.api import (
+    Example,
+    Generation,
+    RetrievalEnvironment,
+    Retriever,
+    RolloutEngine,
+    SamplingParams,
+    Step,
+    Trajectory,
+    chat_prompt,
+    extract_tag,
+    final_answer,
+)
 
 #: Eval-RAR Appendix A.1 (verbatim, with its "Question: {question}" tail).
 EVAL_RAR_PROMPT = (
@@ -240,13 +248,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         continuously no episode waits for the slowest of its turn. The queries of the segments
         that came back together are retrieved in one batched call.
         """
-        tok = engine.tokenizer
-        prompt_texts = [self.build_prompt(ex, tok) for ex in examples]
-        prompt_ids = encode_prompts(tok, prompt_texts)
-        episodes = [
-            _Episode(prompt_ids[i // group_size]) for i in range(len(examples) * group_size)
-        ]
-        run = _Run(engine, params, _Encoder(tok))
+        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        episodes = [_Episode(ids) for ids in prompts.repeated]  # [B*G]
+        run = _Run(engine, params, _Encoder(engine.tokenizer))
         for e in episodes:
             self._act(run, e)
         while run.waiting:
@@ -266,8 +270,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
                 for (e, _), hits in zip(searching, results):
                     self._retrieved(run, e, hits)
         return [
-            self._trajectory(e, examples, i // group_size, prompt_texts)
-            for i, e in enumerate(episodes)
+            self._trajectory(e, examples[group], group, prompts.texts[group])
+            for e, group in zip(episodes, prompts.groups)
         ]
 
     def _act(self, run: _Run, e: _Episode) -> None:
@@ -373,23 +377,20 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             return
         e.add(ids, text)
 
-    def _trajectory(
-        self, e: _Episode, examples: list[Example], group: int, prompts: list[str]
-    ) -> Trajectory:
+    def _trajectory(self, e: _Episode, example: Example, group: int, prompt: str) -> Trajectory:
         if not e.done:
             e.end("max_turns")
-        ids = torch.tensor(e.ids, dtype=torch.long)
-        return Trajectory(
-            example=examples[group],
-            group=group,
-            prompt_ids=torch.tensor(e.prompt_ids, dtype=torch.long),
-            completion_ids=ids,
-            loss_mask=torch.tensor(e.mask, dtype=torch.long),
-            sampling_logprobs=torch.tensor(e.logprobs, dtype=torch.float32),
-            text=self.assistant_prefix + "".join(e.pieces),
+        return self.trajectory(
+            example,
+            group,
+            e.prompt_ids,
+            e.ids,
+            e.logprobs,
+            self.assistant_prefix + "".join(e.pieces),
+            loss_mask=e.mask,
+            prompt_text=prompt,
             steps=e.steps,
             truncated=e.truncated,
-            prompt_text=prompts[group],
             meta={"stop_reason": e.stop_reason, "turns": e.turns},
         )
 
@@ -418,19 +419,6 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             "answered": mean(final_answer(t) is not None for t in trajectories),
             "response_length": mean(t.completion_ids.numel() for t in trajectories),
         }
-
-
-def policy_text(trajectory: Trajectory) -> str:
-    """What the policy wrote, without the environment's insertions (the steps' texts joined);
-    the whole completion text for trajectories without steps."""
-    if not trajectory.steps:
-        return trajectory.text
-    return "\n".join(step.text for step in trajectory.steps)
-
-
-def final_answer(trajectory: Trajectory, tag: str = "answer") -> str | None:
-    """Content of the last complete ``<tag>`` block in the policy's own text, or None."""
-    return extract_tag(policy_text(trajectory), tag)
 
 
 def _last_action(text: str, tags: tuple[str, ...]) -> str | None:

@@ -23,10 +23,7 @@ signal; the CPU quickstart uses them and says so in its recipe.
 
 from __future__ import annotations
 
-from lit_rag.plugins.environments.base import Environment, chat_prompt, encode_prompts
-from lit_rag.plugins.rewards.qa import extract_tag
-from lit_rag.rollout.base import RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage, Trajectory
+from lit_rag.api import Environment, Example, Passage, Trajectory, chat_prompt, extract_tag
 
 #: ARENA Table 1, the instruction part (verbatim); the system message with ``system_user``.
 ARENA_SYSTEM_PROMPT = (
@@ -57,7 +54,8 @@ ARENA_REFERENCE_TEMPLATE = "{index}. {title}: {text}"
 
 
 class SingleTurnEnvironment(Environment):
-    """One prompt per example, ``group_size`` sampled completions.
+    """One prompt per example, ``group_size`` sampled completions (the base's
+    :meth:`~lit_rag.api.Environment.rollout`).
 
     Args:
         system_prompt: The instruction (ARENA Table 1 by default); empty for none. A system
@@ -141,41 +139,5 @@ class SingleTurnEnvironment(Environment):
             return f"{head}User: {user}\nAssistant: {self.assistant_prefix}"
         return text + self.assistant_prefix
 
-    def rollout(
-        self,
-        examples: list[Example],
-        engine: RolloutEngine,
-        group_size: int,
-        params: SamplingParams,
-    ) -> list[Trajectory]:
-        tokenizer = engine.tokenizer
-        prompt_texts = [self.build_prompt(ex, tokenizer) for ex in examples]
-        prompt_ids = encode_prompts(tokenizer, prompt_texts)
-        repeated = [ids for ids in prompt_ids for _ in range(group_size)]
-        generations = engine.generate(repeated, params)
-        trajectories = []
-        for i, gen in enumerate(generations):
-            group = i // group_size
-            trajectories.append(
-                Trajectory(
-                    example=examples[group],
-                    group=group,
-                    prompt_ids=_tensor(prompt_ids[group]),
-                    completion_ids=gen.token_ids,
-                    loss_mask=gen.token_ids.new_ones(gen.token_ids.shape),
-                    sampling_logprobs=gen.logprobs,
-                    text=self.assistant_prefix + gen.text,
-                    truncated=not gen.finished,
-                    prompt_text=prompt_texts[group],
-                )
-            )
-        return trajectories
-
     def extract_answer(self, trajectory: Trajectory) -> str:
         return extract_tag(trajectory.text, self.answer_tag) or ""
-
-
-def _tensor(ids: list[int]):
-    import torch
-
-    return torch.tensor(ids, dtype=torch.long)

@@ -43,9 +43,15 @@ from dataclasses import dataclass
 
 import torch
 
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import check_punctuation, exact_match, extract_tag
-from lit_rag.types import Example, RewardBreakdown, Trajectory
+from lit_rag.api import (
+    Example,
+    Reward,
+    RewardBreakdown,
+    Trajectory,
+    check_punctuation,
+    exact_match,
+    extract_tag,
+)
 
 SECTIONS = ("relevance", "analysis", "answer")
 

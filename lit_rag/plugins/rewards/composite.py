@@ -22,8 +22,7 @@ import re
 
 import torch
 
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import Reward, RewardBreakdown, Trajectory
 
 
 def short_name(reward: Reward) -> str:

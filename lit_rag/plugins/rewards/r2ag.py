@@ -40,8 +40,7 @@ from typing import Literal
 
 import torch
 
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import Reward, RewardBreakdown, Trajectory
 
 #: ``ap_hits`` values: credit only new gold (Assumption 2.1), or every gold branch (literal).
 AP_HITS = ("new", "any")

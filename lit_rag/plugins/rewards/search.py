@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import torch
 
-from lit_rag.plugins.environments.search_agent import final_answer, policy_text
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import exact_match, normalize_answer, tag_blocks
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import (
+    Reward,
+    RewardBreakdown,
+    Trajectory,
+    exact_match,
+    final_answer,
+    normalize_answer,
+    policy_text,
+    tag_blocks,
+)
 
 
 def answer_in_text(text: str, answers: list[str]) -> bool:

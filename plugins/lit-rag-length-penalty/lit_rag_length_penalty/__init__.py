@@ -1,16 +1,16 @@
-"""A lit-rag reward plugin that prefers concise answers.
+"""Example lit-rag plugins: rewards that prefer concise answers, and a median-baseline advantage.
 
-Registered in the ``lit_rag.rewards`` entry-point group as ``length_penalty`` (see this
-package's pyproject.toml), so a recipe names it without importing anything.
+Registered in this package's pyproject.toml, so a recipe names them without importing anything:
+``length_penalty`` (:class:`LengthPenaltyReward`, below) and ``brevity`` (a plain function,
+:mod:`lit_rag_length_penalty.brevity`) in ``lit_rag.rewards``; ``median_baseline``
+(:mod:`lit_rag_length_penalty.median_baseline`) in ``lit_rag.advantages``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.plugins.rewards.qa import extract_tag
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.api import Reward, RewardBreakdown, Trajectory, extract_tag
 
 __all__ = ["LengthPenaltyReward", "length_score"]
 

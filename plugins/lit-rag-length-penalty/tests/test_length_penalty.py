@@ -6,10 +6,9 @@ from importlib import metadata
 
 import pytest
 import torch
-
-from lit_rag.plugins.rewards.base import Reward
-from lit_rag.types import Example, Trajectory
 from lit_rag_length_penalty import LengthPenaltyReward, length_score
+
+from lit_rag.api import Example, Reward, Trajectory
 
 EXAMPLE = Example(id="q", question="?", answers=["Paris"])
 

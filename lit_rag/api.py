@@ -1,0 +1,188 @@
+"""lit-rag's public plugin API: everything a plugin, built-in or third-party, imports from lit-rag.
+
+The layers (DESIGN.md, "Layers and the public plugin API"): the CLI and callbacks wire things
+together; the built-in plugins (algorithms, rewards, environments) import only this module
+(and libraries); this module re-exports the contracts that live in lit-rag's core.
+
+- Vocabulary: :class:`Example`, :class:`Passage`, :class:`Step`, :class:`Trajectory`,
+  :class:`RewardBreakdown`, :class:`StepOutput`.
+- The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
+  :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds),
+  :class:`Retriever`, :class:`RolloutEngine`.
+- Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
+  :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
+- Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
+  estimators and losses a GRPO-family recipe names; :func:`register_reward`,
+  :func:`register_advantage` and :func:`register_policy_loss` register one in this process
+  (packages use entry points: ``lit_rag.rewards``, ``lit_rag.advantages``,
+  ``lit_rag.policy_losses``).
+- Text helpers for rewards and environments: :func:`extract_tag`, :func:`tag_blocks`,
+  :func:`normalize_answer`, :func:`exact_match`, :func:`f1_score`, :func:`policy_text`,
+  :func:`final_answer`.
+- Retrieval scores for rewards and environment metrics: :func:`recall_at_k`,
+  :func:`full_recall_at_k`, :func:`average_precision` (imported on first use).
+- Models a plugin loads itself (a model-based reward): :class:`ModelConfig`,
+  :func:`load_model`, :func:`load_tokenizer`, :func:`resolve_path` (imported on first use).
+
+Example, a reward package in a few lines::
+
+    from lit_rag.api import Example, extract_tag
+
+    def brevity(completions: list[str], examples: list[Example], max_words: int = 20) -> list[float]:
+        answers = [extract_tag(c, "answer") or "" for c in completions]
+        return [1.0 if 0 < len(a.split()) <= max_words else 0.0 for a in answers]
+
+    # pyproject.toml: [project.entry-points."lit_rag.rewards"] brevity = "my_pkg:brevity"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lit_rag import registry
+from lit_rag.algorithm import (
+    AdvantageFn,
+    Algorithm,
+    LossOutput,
+    PolicyLossConfig,
+    PolicyLossFn,
+    Prepared,
+    TokenLoss,
+    TrainBatch,
+    collate,
+)
+from lit_rag.environment import (
+    Environment,
+    Prompts,
+    RetrievalEnvironment,
+    chat_prompt,
+    encode_prompts,
+)
+from lit_rag.errors import InputError
+from lit_rag.kl import ESTIMATORS as KL_ESTIMATORS
+from lit_rag.kl import get_estimator as kl_estimator
+from lit_rag.models import has_adapters, resolve_path
+from lit_rag.retrieval.base import Hit, Retriever
+from lit_rag.reward import FunctionReward, Reward
+from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.step import StepOutput
+from lit_rag.text import (
+    PUNCTUATION_MODES,
+    check_punctuation,
+    exact_match,
+    extract_tag,
+    f1_score,
+    final_answer,
+    normalize_answer,
+    policy_text,
+    tag_blocks,
+)
+from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+
+if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
+    from lit_rag.metrics.retrieval import average_precision, full_recall_at_k, recall_at_k
+    from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+
+#: imported on first use: they pull in transformers, peft and torchmetrics
+_LAZY = {"ModelConfig": "lit_rag.modules.loading", "load_model": "lit_rag.modules.loading",
+         "load_tokenizer": "lit_rag.modules.loading", "recall_at_k": "lit_rag.metrics.retrieval",
+         "full_recall_at_k": "lit_rag.metrics.retrieval", "average_precision": "lit_rag.metrics.retrieval"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lit_rag.api' has no attribute '{name}'")
+
+
+def advantage_estimator(name: str) -> AdvantageFn:
+    """The advantage estimator registered as ``name`` (``lit_rag.advantages``)."""
+    return registry.load("advantage", name)  # type: ignore[return-value]
+
+
+def policy_loss(name: str) -> PolicyLossFn:
+    """The policy loss registered as ``name`` (``lit_rag.policy_losses``)."""
+    return registry.load("policy_loss", name)  # type: ignore[return-value]
+
+
+def _registrar(kind: str, name: str | None) -> Callable[[Callable], Callable]:
+    def decorate(function: Callable) -> Callable:
+        registry.register(kind, name or function.__name__, function)
+        return function
+
+    return decorate
+
+
+def register_reward(name: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorator: register a reward function (or class) in this process under ``name``
+    (default: its ``__name__``)."""
+    return _registrar("reward", name)
+
+
+def register_advantage(name: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorator: register an :data:`AdvantageFn` in this process (verl's ``register_adv_est``)."""
+    return _registrar("advantage", name)
+
+
+def register_policy_loss(name: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorator: register a :data:`PolicyLossFn` in this process (verl's ``register_policy_loss``)."""
+    return _registrar("policy_loss", name)
+
+
+__all__ = [
+    "KL_ESTIMATORS",
+    "PUNCTUATION_MODES",
+    "AdvantageFn",
+    "Algorithm",
+    "Environment",
+    "Example",
+    "FunctionReward",
+    "Generation",
+    "Hit",
+    "InputError",
+    "LossOutput",
+    "ModelConfig",
+    "Passage",
+    "PolicyLossConfig",
+    "PolicyLossFn",
+    "Prepared",
+    "Prompts",
+    "RetrievalEnvironment",
+    "Retriever",
+    "Reward",
+    "RewardBreakdown",
+    "RolloutEngine",
+    "SamplingParams",
+    "Step",
+    "StepOutput",
+    "TokenLoss",
+    "TrainBatch",
+    "Trajectory",
+    "advantage_estimator",
+    "average_precision",
+    "chat_prompt",
+    "check_punctuation",
+    "collate",
+    "encode_prompts",
+    "exact_match",
+    "extract_tag",
+    "f1_score",
+    "final_answer",
+    "full_recall_at_k",
+    "has_adapters",
+    "kl_estimator",
+    "load_model",
+    "load_tokenizer",
+    "normalize_answer",
+    "policy_loss",
+    "policy_text",
+    "recall_at_k",
+    "register_advantage",
+    "register_policy_loss",
+    "register_reward",
+    "resolve_path",
+    "tag_blocks",
+]

@@ -1,0 +1,251 @@
+"""Environment contract (DESIGN.md step 2): examples -> trajectories. Never computes rewards.
+
+The base holds what every environment repeats: :meth:`~Environment.build_prompt` (one
+example's prompt text), :meth:`~Environment.prompts` (prompt -> token ids -> each repeated
+``group_size`` times, as :class:`Prompts`) and :meth:`~Environment.trajectory` (token lists or
+tensors -> a :class:`Trajectory`). Its default :meth:`~Environment.rollout` is the single-turn
+episode (prompt -> one generation -> trajectory), so a single-turn environment writes
+``extract_answer`` and, when its prompt holds more than an instruction and the question,
+``build_prompt``; a multi-turn one overrides ``rollout`` and uses the same helpers. Example, a
+closed-book environment::
+
+    from lit_rag.api import Environment, Trajectory, extract_tag
+
+    class ClosedBook(Environment):
+        system_prompt = "Answer inside <answer> and </answer>."
+
+        def extract_answer(self, trajectory: Trajectory) -> str:
+            return extract_tag(trajectory.text, "answer") or ""
+
+Optional capabilities are declared on :class:`Environment`: ``grows_forest`` with
+:meth:`~Environment.next_contexts` (R2AG's RR-Forest: unfinished states re-enter the data pool)
+and ``state_dict`` / ``load_state_dict`` (the checkpoint carries them).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lit_rag.rollout.base import RolloutEngine, SamplingParams
+from lit_rag.types import Example, Step, Trajectory
+
+
+def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True) -> str | None:
+    """System + user messages through the tokenizer's chat template, ready for the assistant;
+    ``None`` when the template is off or the tokenizer has none (the caller writes raw text)."""
+    if not use_chat_template or getattr(tokenizer, "chat_template", None) is None:
+        return None
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of prompt texts (their special tokens are already in the text)."""
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+@dataclass
+class Prompts:
+    """A batch's prompts, each sampled ``group_size`` times.
+
+    Row ``r`` of :attr:`repeated` is example ``r // group_size``: example 0 ``group_size`` times,
+    then example 1, ... (the contiguous groups every algorithm expects).
+
+    Example:
+        >>> p = Prompts(texts=["a", "b"], ids=[[1], [2, 3]], group_size=2)
+        >>> p.repeated, p.groups
+        ([[1], [1], [2, 3], [2, 3]], [0, 0, 1, 1])
+
+    Args:
+        texts: Prompt text per example, ``[B]``.
+        ids: Token ids per example, ``[B]`` lists of ``P_b`` ids.
+        group_size: Samples per example (G).
+    """
+
+    texts: list[str]
+    ids: list[list[int]]
+    group_size: int
+
+    @property
+    def repeated(self) -> list[list[int]]:
+        """The engine's input: each example's ids ``group_size`` times in a row, ``[B*G]``."""
+        return [ids for ids in self.ids for _ in range(self.group_size)]
+
+    @property
+    def groups(self) -> list[int]:
+        """The example (group) index of each row of :attr:`repeated`, ``[B*G]``."""
+        return [group for group in range(len(self.ids)) for _ in range(self.group_size)]
+
+
+class Environment(ABC):
+    """Builds prompts, drives the engine (and retriever for tool turns), returns trajectories.
+
+    A subclass writes :meth:`extract_answer` and either :meth:`build_prompt` (single-turn: the
+    default :meth:`rollout` does the rest) or its own :meth:`rollout` (multi-turn), built from
+    :meth:`prompts` and :meth:`trajectory`.
+    """
+
+    #: The instruction the default :meth:`build_prompt` sends as the system message.
+    system_prompt: str = ""
+    #: Send prompts through the tokenizer's chat template (:meth:`chat`); False: plain text.
+    use_chat_template: bool = True
+    #: Text that starts the assistant turn: the end of the prompt, and the start of
+    #: ``Trajectory.text`` in the default :meth:`rollout` (the reward reads it with the output).
+    assistant_prefix: str = ""
+
+    def setup(self) -> None:
+        """Open what the environment needs (an index, say) before training starts, so a missing
+        one fails at once rather than at the first rollout. Called once by the policy module."""
+
+    # ---- the prompt -> encode -> repeat -> Trajectory preamble -----------------------------
+    def build_prompt(self, example: Example, tokenizer) -> str:
+        """One example's whole prompt text, ready for the assistant's first token.
+
+        Default: :attr:`system_prompt` and the question as messages (:meth:`chat`), then
+        :attr:`assistant_prefix`. Override it to put more in the prompt (references, say).
+        """
+        return self.chat(tokenizer, self.system_prompt, example.question) + self.assistant_prefix
+
+    def chat(self, tokenizer, system: str, user: str) -> str:
+        r"""System + user messages as prompt text: through the chat template when
+        :attr:`use_chat_template` is on and the tokenizer has one, else ``"{system}\n\n{user}\n"``
+        (``"{user}\n"`` without a system message)."""
+        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
+        if text is None:
+            return f"{system}\n\n{user}\n" if system else f"{user}\n"
+        return text
+
+    def prompts(self, examples: list[Example], tokenizer, group_size: int = 1) -> Prompts:
+        """:meth:`build_prompt` per example, encoded; :attr:`Prompts.repeated` is the engine's
+        input for ``group_size`` samples per example."""
+        texts = [self.build_prompt(example, tokenizer) for example in examples]
+        return Prompts(texts, encode_prompts(tokenizer, texts), group_size)
+
+    def trajectory(
+        self,
+        example: Example,
+        group: int,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        completion_ids: Sequence[int] | torch.Tensor,
+        sampling_logprobs: Sequence[float] | torch.Tensor,
+        text: str,
+        *,
+        loss_mask: Sequence[int] | torch.Tensor | None = None,
+        prompt_text: str = "",
+        steps: list[Step] | None = None,
+        truncated: bool = False,
+        meta: dict[str, Any] | None = None,
+    ) -> Trajectory:
+        """One :class:`Trajectory`; token lists become tensors (ids and mask ``long``, log-probs
+        ``float32``), tensors are kept as they are.
+
+        Args:
+            example: The example the episode answers.
+            group: Its group (the example's index in the batch).
+            prompt_ids: ``[P]``.
+            completion_ids: ``[C]``: generated tokens and, multi-turn, inserted ones.
+            sampling_logprobs: ``[C]``, 0 at inserted tokens.
+            text: The completion's text.
+            loss_mask: ``[C]``, 1 at generated tokens, 0 at inserted ones; None: all ones.
+            prompt_text: The prompt as text.
+            steps: The episode's actions.
+            truncated: Generation stopped at the token budget.
+            meta: Anything else the environment records.
+        """
+        completion_ids = _tensor(completion_ids, torch.long)  # [C]
+        if loss_mask is None:
+            loss_mask = torch.ones_like(completion_ids)
+        return Trajectory(
+            example=example,
+            group=group,
+            prompt_ids=_tensor(prompt_ids, torch.long),
+            completion_ids=completion_ids,
+            loss_mask=_tensor(loss_mask, torch.long),
+            sampling_logprobs=_tensor(sampling_logprobs, torch.float32),
+            text=text,
+            steps=[] if steps is None else steps,
+            truncated=truncated,
+            prompt_text=prompt_text,
+            meta={} if meta is None else meta,
+        )
+
+    def rollout(
+        self,
+        examples: list[Example],
+        engine: RolloutEngine,
+        group_size: int,
+        params: SamplingParams,
+    ) -> list[Trajectory]:
+        """``group_size`` trajectories per example, grouped contiguously (``group`` = index).
+
+        Default, single-turn: :meth:`prompts`, one generation per row, each a trajectory whose
+        text starts with :attr:`assistant_prefix`; multi-turn environments override it.
+        """
+        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        generations = engine.generate(prompts.repeated, params)
+        return [
+            self.trajectory(
+                examples[group],
+                group,
+                prompts.ids[group],
+                generation.token_ids,
+                generation.logprobs,
+                self.assistant_prefix + generation.text,
+                truncated=not generation.finished,
+                prompt_text=prompts.texts[group],
+            )
+            for group, generation in zip(prompts.groups, generations)
+        ]
+
+    def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
+        """One trajectory per example for validation / test (default: :meth:`rollout`, G = 1).
+
+        Environments whose inference differs from a training step (R2AG expands whole trees and
+        then reads) override it.
+        """
+        return self.rollout(examples, engine, 1, params)
+
+    @abstractmethod
+    def extract_answer(self, trajectory: Trajectory) -> str:
+        """The final answer the trajectory gave ("" when it gave none)."""
+
+    def metrics(self, trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+        """Episode statistics to log (name -> scalar), e.g. turns or searches per trajectory.
+
+        Logged as ``rollout/<name>`` in training and ``val/<name>`` in validation.
+        """
+        return {}
+
+    #: Whether :meth:`next_contexts` gives the pruned states of a step back to the data pool.
+    grows_forest: bool = False
+
+    def next_contexts(self, trajectories: list[Trajectory]) -> list[Example]:
+        """The next iteration's examples grown from this step's trajectories (``grows_forest``)."""
+        raise ValueError(f"{type(self).__name__} does not grow a forest (next_contexts)")
+
+    def state_dict(self) -> dict:
+        """State a resumed run needs (plain types and tensors); the checkpoint carries it."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
+
+class RetrievalEnvironment(Environment):
+    """An environment that searches ``self.retriever`` during rollouts."""
+
+    retriever: object
+
+    def setup(self) -> None:
+        """Open the retriever's index now (a missing index is an error before any rollout)."""
+        self.retriever.search(["lit-rag index check"], 1)
+
+
+def _tensor(values: Sequence[float] | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values`` as a tensor of ``dtype``; a tensor is returned as it is (device and dtype)."""
+    return values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
