@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -139,8 +139,7 @@ class TrainBatch:
 
     def to(self, device: torch.device | str) -> TrainBatch:
         """Every tensor moved to ``device``."""
-        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)
-                 if f.name in _ROW_FIELDS and getattr(self, f.name) is not None}
+        moved = {name: getattr(self, name).to(device) for name in _ROW_FIELDS if getattr(self, name) is not None}
         return replace(self, **moved, extra={k: v.to(device) for k, v in self.extra.items()})
 
 

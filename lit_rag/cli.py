@@ -14,6 +14,7 @@ Lightning, torch and the modules are imported only by the commands that build th
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -255,8 +256,6 @@ def _unknown_option(text: str, path: str, option: str) -> str:
     key = text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else "init_args"
     module_name, _, name = path.rpartition(".")
     try:
-        import inspect
-
         params = inspect.signature(getattr(sys.modules[module_name], name)).parameters
         takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     except (KeyError, AttributeError, TypeError, ValueError):  # not imported or no signature: no list

@@ -108,3 +108,32 @@ def token_trajectory(group: int, n_tokens: int, example: object = None) -> objec
         sampling_logprobs=torch.full((n_tokens,), -1.0),
         text="",
     )
+
+
+def tiny_bert_folder(folder, words: list[str], max_positions: int = 64) -> str:
+    """A 1-layer, 16-wide random BERT over ``words`` saved as a plain HF folder (no download),
+    a dense-retrieval encoder for index tests; ``folder`` must not exist yet or be empty."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    folder.mkdir(exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=4 + len(words), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=max_positions)
+    BertModel(config).save_pretrained(folder)
+    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
+    return str(folder)
+
+
+def one_line_error(args: list[str], capsys) -> str:
+    """Run the real CLI in-process; return its single stderr line (exit 2, no traceback)."""
+    from lit_rag.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert info.value.code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("lit-rag: error: "), err
+    return lines[0]

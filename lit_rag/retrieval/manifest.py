@@ -131,15 +131,7 @@ class Manifest:
                 f"{directory} is not a lit-rag index: it has no {MANIFEST_NAME} "
                 "(build one with lit-rag index build, or Retriever.build + save)"
             )
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise IndexCorruptError(f"{path}: not UTF-8 text (byte {err.start}); {_REBUILD}") from None
-        except json.JSONDecodeError as err:
-            raise IndexCorruptError(
-                f"{path}:{err.lineno}: invalid JSON ({err.msg}); the manifest is truncated or "
-                f"damaged: {_REBUILD}"
-            ) from None
+        data = _parse_json(path.read_bytes(), path, None, "the manifest")
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict):
             raise IndexCorruptError(f"{path}: manifest must be a JSON object, got {type(data).__name__}")
@@ -279,6 +271,21 @@ def _inside(directory: Path, name: str, where: Path) -> Path:
     return directory / name
 
 
+def _parse_json(raw: bytes, path: Path, line: int | None, what: str) -> object:
+    """``raw`` (a file, or line ``line`` of it) as JSON; bytes that are not UTF-8 or not JSON are
+    an :class:`IndexCorruptError` naming ``file[:line]`` and ``what`` was damaged."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        where = path if line is None else f"{path}:{line}"
+        raise IndexCorruptError(f"{where}: not UTF-8 text (byte {err.start}); {_REBUILD}") from None
+    except json.JSONDecodeError as err:
+        raise IndexCorruptError(
+            f"{path}:{err.lineno if line is None else line}: invalid JSON ({err.msg}); {what} is "
+            f"truncated or damaged: {_REBUILD}"
+        ) from None
+
+
 def _read_passage_lines(path: Path) -> list[Passage]:
     """Parse an index's ``passages.jsonl`` strictly; a bad line names ``file:line``."""
     from lit_rag.types import Passage
@@ -288,15 +295,7 @@ def _read_passage_lines(path: Path) -> list[Passage]:
     passages: list[Passage] = []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as err:
-                raise IndexCorruptError(f"{path}:{number}: not UTF-8 text (byte {err.start}); {_REBUILD}") from None
-            except json.JSONDecodeError as err:
-                raise IndexCorruptError(
-                    f"{path}:{number}: invalid JSON ({err.msg}); the file is truncated or damaged: "
-                    f"{_REBUILD}"
-                ) from None
+            row = _parse_json(raw, path, number, "the file")
             if not isinstance(row, dict) or not all(
                 isinstance(row.get(key), str) for key in ("id", "title", "text")
             ):

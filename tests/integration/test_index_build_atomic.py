@@ -24,6 +24,7 @@ import pytest
 from lit_rag.cli import main
 from lit_rag.retrieval.base import open_index
 from lit_rag.retrieval.storage import atomic_index_dir
+from tests.helpers import one_line_error
 
 QUERIES = ["river city", "mountain lake", "bridge 3"]
 
@@ -103,17 +104,6 @@ def built(tmp_path):
     out = tmp_path / "idx"
     main(["index", "build", "--corpus", str(old), "--out", str(out)])
     return out, answers(out), new
-
-
-def one_line_error(args: list[str], capsys) -> str:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert info.value.code == 2 and "Traceback" not in err
-    assert len(lines) == 1 and lines[0].startswith("lit-rag: error: "), err
-    return lines[0]
 
 
 def test_killed_rebuilds_leave_the_previous_index(built, capsys):

@@ -10,6 +10,7 @@ from lit_rag.cli import main
 from lit_rag.data.readers import write_litrag
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.retrieval.corpus import write_corpus
+from tests.helpers import tiny_bert_folder
 
 
 @pytest.fixture
@@ -78,18 +79,7 @@ def test_index_from_another_corpus_is_one_line(tmp_path, world_files, capsys):
 
 def _tiny_encoder(folder):
     """A 1-layer, 16-wide random BERT (plain HF folder, no download)."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    words = ["arden", "city", "river", "founded", "mills", "the", "of", "in"]
-    folder.mkdir()
-    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=4 + len(words), hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
-    BertModel(config).save_pretrained(folder)
-    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
-    return str(folder)
+    return tiny_bert_folder(folder, ["arden", "city", "river", "founded", "mills", "the", "of", "in"])
 
 
 def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files, capsys):

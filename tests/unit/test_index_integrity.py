@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lit_rag.cli import main
 from lit_rag.retrieval.base import open_index
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.retrieval.hybrid import HybridRetriever
 from lit_rag.retrieval.manifest import IndexCorruptError, Manifest
 from lit_rag.types import Passage
+from tests.helpers import one_line_error, tiny_bert_folder
 
 # corpus A: 6 passages; corpus B: 5 others; corpus A2: A with one word changed (same count)
 A = [Passage(f"a{i}", f"Title {i}", f"river city number {i} with bridge {i}") for i in range(6)]
@@ -50,19 +50,6 @@ def drop_files_record(folder: Path) -> None:
 def cut(path: Path, keep: float = 0.6) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
-
-
-def one_line_error(args: list[str], capsys) -> str:
-    """Run the real CLI in-process; return its single stderr line (exit 2, no traceback)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert info.value.code == 2
-    assert "Traceback" not in err
-    assert len(lines) == 1 and lines[0].startswith("lit-rag: error: "), err
-    return lines[0]
 
 
 @pytest.fixture
@@ -213,19 +200,9 @@ def tiny_encoder(tmp_path_factory) -> str:
     """A 1-layer, 16-wide random BERT with a 12-word vocab (plain HF folder, no download)."""
     pytest.importorskip("faiss")
     pytest.importorskip("sentence_transformers")
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
     words = ["river", "city", "number", "with", "bridge", "tower", "mountain", "lake", "forest",
              "title", "other"]
-    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=4 + len(words), hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
-    BertModel(config).save_pretrained(folder)
-    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
-    return str(folder)
+    return tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), words, max_positions=32)
 
 
 def dense_index(folder: Path, passages: list[Passage], encoder: str) -> Path:

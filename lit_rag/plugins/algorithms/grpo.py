@@ -147,8 +147,7 @@ class GRPO(Algorithm):
 
     def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
         """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
-        groups = torch.tensor([t.group for t in trajectories])
-        _, flat = self.advantages(rewards.total.float(), groups)
+        flat = _flat_groups(rewards.total.float(), torch.tensor([t.group for t in trajectories]))
         return len({t.group for t, f in zip(trajectories, flat.tolist()) if not f})
 
     @property
@@ -165,12 +164,7 @@ class GRPO(Algorithm):
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The estimator's advantages ``[N]`` and a ``[N]`` mask of zero-variance groups."""
-        flat = torch.zeros_like(rewards, dtype=torch.bool)
-        for g in groups.unique():
-            idx = groups == g
-            r = rewards[idx]  # [G]
-            flat[idx] = r.numel() == 1 or bool(r.std() < 1e-6)
-        return self.advantage_fn(rewards, groups, self.scale_rewards), flat
+        return self.advantage_fn(rewards, groups, self.scale_rewards), _flat_groups(rewards, groups)
 
     def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> Prepared:
         """Advantages and token weights; with ``max_groups``, the first that many kept groups."""
@@ -232,6 +226,16 @@ class GRPO(Algorithm):
             metrics["kl"] = ((kl * mask).sum() / tokens).detach()
         loss = (torch.where(keep, per_token, 0.0) * batch.token_weights).sum()
         return LossOutput(loss=loss, metrics=metrics)
+
+
+def _flat_groups(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """``[N]`` True on the rows of groups whose rewards are all equal (or that have one sample)."""
+    flat = torch.zeros_like(rewards, dtype=torch.bool)
+    for g in groups.unique():
+        idx = groups == g
+        r = rewards[idx]  # [G]
+        flat[idx] = r.numel() == 1 or bool(r.std() < 1e-6)
+    return flat
 
 
 def _mean_group_std(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
