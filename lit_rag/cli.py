@@ -299,7 +299,8 @@ def build_cli(args: list[str], run: bool = True):
 
 
 USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
-       lit-rag index {build,search,eval} ...
+       lit-rag index {build,search,eval,serve,import} ...
+       lit-rag report RUN_DIR [--out DIR]
        lit-rag plugins
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
@@ -355,6 +356,11 @@ def main(argv: list[str] | None = None) -> None:
                 index_main(args[1:])
             except ValueError as exc:  # index mismatch, data without gold passages, bad option
                 raise RecipeError(str(exc)) from exc
+            return
+        if args[:1] == ["report"]:
+            from lit_rag.report import main as report_main
+
+            report_main(args[1:])
             return
         build_cli(args)
     except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type

@@ -8,10 +8,42 @@ from pathlib import Path
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from lit_rag.step import StepOutput
+from lit_rag.types import Trajectory
+
+
+def completion_segments(trajectory: Trajectory, tokenizer) -> list[dict] | None:
+    """The completion cut where ``loss_mask`` changes: ``[{"text", "inserted"}, ...]``.
+
+    Each run of equal mask is decoded on its own (``inserted``: mask 0, text the environment
+    put in, such as retrieved documents), so a reader can tell the policy's words from the
+    documents it was shown. None when every token is the policy's (single-turn) or there is no
+    tokenizer; runs that decode to nothing (special tokens only) are left out.
+
+    Args:
+        trajectory: The episode.
+        tokenizer: The policy's tokenizer (``decode``), or None.
+    """
+    mask = trajectory.loss_mask
+    if tokenizer is None or not bool((mask == 0).any()):
+        return None
+    ids, flags = trajectory.completion_ids.tolist(), (mask > 0).tolist()
+    segments, start = [], 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or flags[end] != flags[start]:
+            text = tokenizer.decode(ids[start:end], skip_special_tokens=True)
+            if text:
+                segments.append({"text": text, "inserted": not flags[start]})
+            start = end
+    return segments
 
 
 class RolloutSampleLogger(Callback):
     """Writes a few rollouts every ``every_n_steps`` training steps (rank zero only).
+
+    One JSON object a line: ``step``, ``example_id``, ``group``, ``completion``, ``answers``,
+    ``truncated``, ``reward``, ``components``; ``steps`` for tool-using environments;
+    ``segments`` (:func:`completion_segments`) when the environment inserted tokens;
+    ``prompt`` with ``include_prompt``. ``lit-rag report`` renders the file.
 
     Args:
         path: Output JSONL (default: ``<log_dir>/rollouts.jsonl``).
@@ -55,6 +87,9 @@ class RolloutSampleLogger(Callback):
                 if t.steps:  # tool-using environments: what the policy searched and found
                     row["steps"] = [{"action": s.action, "query": s.query, "passage_ids": s.passage_ids}
                                     for s in t.steps]
+                segments = completion_segments(t, getattr(pl_module, "tokenizer", None))
+                if segments is not None:  # multi-turn: inserted documents apart from the policy's text
+                    row["segments"] = segments
                 if self.include_prompt:
                     row["prompt"] = t.prompt_text
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")

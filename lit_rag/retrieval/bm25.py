@@ -73,6 +73,8 @@ class BM25Retriever(Retriever):
             PyStemmer is not installed.
         expected_corpus: Corpus the index must have been built from, as a corpus file path or
             its :func:`corpus_fingerprint`; checked when ``index`` is loaded.
+        corpus: Build the index from this corpus (a corpus file, or ``synthetic[:SEED]``) when
+            ``index`` does not exist yet, on first use; an existing index is loaded as it is.
     """
 
     kind = "bm25"
@@ -89,11 +91,13 @@ class BM25Retriever(Retriever):
         stopwords: str | None = "en",
         stemmer: str | None = "english",
         expected_corpus: str | None = None,
+        corpus: str | None = None,
     ) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown BM25 method '{method}'; allowed: {', '.join(METHODS)}")
         self.index = index
         self.expected_corpus = expected_corpus
+        self.corpus = corpus
         self._stem = _make_stemmer(stemmer)
         self.settings: dict[str, Any] = {
             "k1": float(k1),
@@ -199,7 +203,12 @@ class BM25Retriever(Retriever):
             return
         if self.index is None:
             raise RuntimeError("BM25Retriever has no index: pass index=PATH or call build()")
-        self._load(self.index)
+        if self.corpus is not None:
+            from lit_rag.retrieval.storage import build_missing_index
+
+            build_missing_index(self.index, self.corpus, self)
+        if self._bm25 is None:  # not just built
+            self._load(self.index)
         assert self.manifest is not None
         expected = self.expected_corpus
         if expected is not None and not _looks_like_fingerprint(expected):

@@ -1,8 +1,10 @@
-"""``lit-rag index build | search | eval``: build, query and score on-disk retrieval indexes.
+"""``lit-rag index build | search | eval | serve``: build, query, score and serve retrieval indexes.
 
     lit-rag index build --corpus corpus.jsonl --retriever bm25 --out indexes/wiki-bm25
     lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
     lit-rag index eval indexes/wiki-bm25 --data hotpot_dev.json -k 1 5 10
+    lit-rag index serve indexes/wiki-bm25 --host 127.0.0.1 --port 8000
+    lit-rag index import --faiss e5_Flat.index --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2 --out indexes/wiki18-e5
 
 A build writes beside ``--out`` and swaps the finished index into place under a lock
 (:mod:`lit_rag.retrieval.storage`). ``search`` and ``eval`` open the retriever the manifest
@@ -32,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="index a corpus")
     build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)")
     build.add_argument("--format", default="auto", help="corpus format (default: auto)")
-    build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ...")
+    build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ... (see lit-rag plugins)")
     build.add_argument("--out", required=True, help="index folder to write")
     build.add_argument("--encoder", default=None, help="dense encoder path (dense and hybrid)")
     build.add_argument("--faiss-index", default="flat", help="dense: flat, hnsw or ivf")
@@ -48,19 +50,45 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--format", default="auto")
     evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
     evaluate.add_argument("--batch-size", type=int, default=64)
-    for command in (search, evaluate):
+    serve = sub.add_parser("serve", help="serve an index over HTTP with Search-R1's API (POST /retrieve)")
+    serve.add_argument("index")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    serve.add_argument("--topk", type=int, default=3, help="passages per query when a request gives no topk (default: 3)")
+    serve.add_argument("--max-queries", type=int, default=4096, help="most queries one request may hold")
+    for command in (search, evaluate, serve):
         command.add_argument("--encoder", default=None, help=_ENCODER_HELP)
         command.add_argument("--trust-manifest-encoder", action="store_true", help=_TRUST_HELP)
+    _add_import(sub)
     return parser
+
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    imp = sub.add_parser("import", help="a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index (no re-encoding)")
+    imp.add_argument("--faiss", required=True, help="the faiss index file, e.g. e5_Flat.index (inner product: flat, HNSW or IVF)")
+    imp.add_argument("--corpus", required=True, help="the FlashRAG corpus JSONL it was built from, faiss row i = line i, e.g. wiki-18.jsonl")
+    imp.add_argument("--encoder", required=True, help="the encoder it was built with: hub id (intfloat/e5-base-v2) or local path; recorded, not loaded")
+    imp.add_argument("--out", required=True, help="index folder to write")
+    imp.add_argument("--query-prefix", default=None, help='prepended to queries (default from the encoder name, as Search-R1: e5 "query: ", bge its instruction)')
+    imp.add_argument("--passage-prefix", default=None, help='the passages were encoded with (recorded; default: e5 "passage: ")')
+    imp.add_argument("--pooling", default=None, help="mean, cls or max (default from the encoder name: bge cls, else mean)")
+    imp.add_argument("--link", action="store_true", help="hard-link the faiss file instead of copying it, where the file system allows")
 
 
 def _check_args(args: argparse.Namespace) -> None:
     """Option values argparse's types cannot check, as one-line errors."""
-    for k in args.k if isinstance(args.k, list) else [args.k]:
-        if k < 1:
-            raise InputError(f"-k: got {k}; expected an integer >= 1")
+    k = getattr(args, "k", 1)
+    for value in k if isinstance(k, list) else [k]:
+        if value < 1:
+            raise InputError(f"-k: got {value}; expected an integer >= 1")
+    if getattr(args, "topk", 1) < 1:
+        raise InputError(f"--topk: got {args.topk}; expected an integer >= 1")
     if getattr(args, "batch_size", 1) < 1:
         raise InputError(f"--batch-size: got {args.batch_size}; expected an integer >= 1")
+    if not 0 <= getattr(args, "port", 0) <= 65535:
+        raise InputError(f"--port: got {args.port}; expected 0 to 65535")
+    if getattr(args, "max_queries", 1) < 1:
+        raise InputError(f"--max-queries: got {args.max_queries}; expected an integer >= 1")
 
 
 def _retriever_class(kind: str) -> type:
@@ -159,8 +187,35 @@ def evaluate(args: argparse.Namespace) -> dict:
     return result
 
 
+def serve(args: argparse.Namespace) -> None:
+    from lit_rag.retrieval.server import bind, serve
+
+    bind(args.host, args.port).close()  # a taken port fails before the index loads
+    retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
+    serve(retriever, args.host, args.port, topk=args.topk, max_queries=args.max_queries,
+          name=args.index)
+
+
+def import_index(args: argparse.Namespace) -> None:
+    from lit_rag.retrieval.importer import import_dense_index
+    from lit_rag.retrieval.manifest import Manifest
+
+    started = time.perf_counter()
+    out = import_dense_index(args.faiss, args.corpus, args.encoder, args.out,
+                             query_prefix=args.query_prefix, passage_prefix=args.passage_prefix,
+                             pooling=args.pooling, link=args.link)
+    manifest = Manifest.read(out)
+    s = manifest.settings
+    print(f"imported {manifest.passage_count} passages (dim {s['dim']}, {s['faiss_index']} "
+          f"{s['faiss_class']}, pooling {s['pooling']}, query prefix {s['query_prefix']!r}), "
+          f"index.faiss as a {s['imported_from']['index_file']}, in "
+          f"{time.perf_counter() - started:.1f} s -> {args.out}")
+
+
 def main(argv: list[str]) -> None:
     args = _parser().parse_args(argv)
     if args.command != "build":
         _check_args(args)
-    {"build": build, "search": search, "eval": evaluate}[args.command](args)
+    commands = {"build": build, "search": search, "eval": evaluate, "serve": serve,
+                "import": import_index}
+    commands[args.command](args)

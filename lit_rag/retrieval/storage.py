@@ -6,7 +6,9 @@
    into ``DIR`` fails at once with one line naming the pid that holds the lock (we fail rather
    than wait: a build can take hours, and a queued one would silently redo it). The kernel drops
    the lock when its process dies, so a killed build never blocks the next. The lock file stays
-   (deleting it would race with a build that has just opened it).
+   (deleting it would race with a build that has just opened it). :func:`build_missing_index`
+   (a recipe's ``corpus:`` option) waits for the lock instead: DDP ranks starting together
+   build a missing index once.
 2. Under the lock: a previous index that an interrupted swap set aside is put back, and the
    temporary folders of killed builds are removed.
 3. The build saves into a fresh ``.DIR.tmp-PID`` beside ``DIR`` (same file system, so the
@@ -29,6 +31,7 @@ import fcntl
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,15 +71,71 @@ def atomic_index_dir(out: str | Path) -> Iterator[Path]:
     with _build_lock(out):
         _recover(out)
         _check_out(out)  # again: _recover may have put an index back
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        tmp.mkdir()
-        try:
+        with _staging(out) as tmp:
             yield tmp
-            _fsync_tree(tmp)
-            _swap_into_place(tmp, out)
+
+
+def build_missing_index(out: str | Path, corpus: str, retriever: Retriever) -> bool:
+    """Build ``retriever`` over ``corpus`` and save it as ``out``, unless ``out`` is an index.
+
+    What a recipe's ``corpus:`` option does on first use, so a recipe over the bundled synthetic
+    world runs on a fresh machine without a separate ``lit-rag index build``. Progress bars show
+    while it builds. Processes that start together (DDP ranks) wait for the one that builds,
+    then find the index and do not build it again.
+
+    Args:
+        out: The index folder the recipe names.
+        corpus: What :func:`~lit_rag.retrieval.corpus.read_corpus` reads: a corpus file or
+            ``synthetic[:SEED]``.
+        retriever: The retriever to build (its settings are the recipe's); it holds the built
+            index afterwards when this returns True.
+
+    Returns:
+        True when it built the index, False when ``out`` already held one.
+    """
+    from lit_rag.retrieval.corpus import read_corpus
+
+    out = Path(os.path.abspath(out))
+    if (out / MANIFEST_NAME).is_file():
+        return False
+    _check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(out, wait=True):
+        _recover(out)
+        if (out / MANIFEST_NAME).is_file():  # built by the process we waited for
+            return False
+        _check_out(out)
+        print(f"lit-rag: index {out} not found; building it from corpus {corpus!r} "
+              f"({retriever.kind or type(retriever).__name__}), once", file=sys.stderr, flush=True)
+        passages = read_corpus(corpus)
+        parts = [retriever, *getattr(retriever, "retrievers", [])]
+        for part in parts:
+            part.show_progress = True
+        try:
+            with _staging(out) as tmp:
+                retriever.build(passages)
+                retriever.save(tmp)
         finally:
-            if tmp.exists():  # the build failed (or the exchange left the old index here)
-                shutil.rmtree(tmp, ignore_errors=True)
+            for part in parts:
+                part.show_progress = False
+    return True
+
+
+@contextmanager
+def _staging(out: Path) -> Iterator[Path]:
+    """A fresh ``.NAME.tmp-PID`` beside ``out``; swapped into place when the block succeeds.
+
+    The caller holds the build lock.
+    """
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        _swap_into_place(tmp, out)
+    finally:
+        if tmp.exists():  # the build failed (or the exchange left the old index here)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _check_out(out: Path) -> None:
@@ -92,13 +151,14 @@ def _check_out(out: Path) -> None:
 
 
 @contextmanager
-def _build_lock(out: Path) -> Iterator[None]:
-    """Hold ``.NAME.lock`` beside ``out`` exclusively; fail at once when another build has it."""
+def _build_lock(out: Path, wait: bool = False) -> Iterator[None]:
+    """Hold ``.NAME.lock`` beside ``out`` exclusively; when another build has it, fail at once
+    (or, with ``wait``, wait for it to finish)."""
     lock = out.parent / f".{out.name}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             raise IndexBusyError(

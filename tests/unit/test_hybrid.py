@@ -153,7 +153,7 @@ def test_hybrid_child_kind_must_be_registered(tmp_path):
     # "fixed" is not registered here: the kind is looked up in the registry, never imported
     HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
     with pytest.raises(IndexCorruptError, match="retriever 'fixed' is not an installed "
-                                                "retriever; installed: bm25, dense, hybrid"):
+                                                "retriever; installed: bm25, dense, http, hybrid"):
         HybridRetriever.load(tmp_path / "idx")
 
 

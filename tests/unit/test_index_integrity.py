@@ -282,14 +282,14 @@ def test_planted_manifests_import_nothing(planted, idx, tmp_path, capsys):
     hybrid = planted_hybrid(tmp_path / "hyb")
     with pytest.raises(IndexCorruptError, match=r"1-bm25/manifest.json: retriever "
                                                 r"'planted_module.Evil' is not an installed "
-                                                r"retriever; installed: bm25, dense, hybrid"):
+                                                r"retriever; installed: bm25, dense, http, hybrid"):
         HybridRetriever.load(hybrid)
     # the top-level retriever named by a dotted path: looked up among registered names only
     data = json.loads((idx / "manifest.json").read_text())
     (idx / "manifest.json").write_text(json.dumps({**data, "retriever": "planted_module.Evil"}))
     with pytest.raises(IndexCorruptError, match="retriever 'planted_module.Evil' is not an "
                                                 "installed retriever; installed: bm25, dense, "
-                                                "hybrid"):
+                                                "http, hybrid"):
         open_index(idx)
     line = one_line_error(["index", "search", str(idx), "river"], capsys)
     assert "not an installed retriever" in line

@@ -1,0 +1,222 @@
+"""``lit-rag report``: plots and HTML from a run folder written by Lightning's real CSVLogger,
+one-line errors, and the ``segments`` RolloutSampleLogger writes for multi-turn episodes."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import one_line_error
+from PIL import Image
+
+from lit_rag.callbacks import RolloutSampleLogger
+from lit_rag.cli import main
+from lit_rag.modules.tiny import build_tiny_tokenizer
+from lit_rag.report import build_report, group_series, read_metrics_csv, write_report
+from lit_rag.step import StepOutput
+from lit_rag.types import Example, RewardBreakdown, Trajectory
+
+PLOTS = ["rewards.png", "kl.png", "loss.png", "lengths.png", "timing.png", "validation.png"]
+DOC = "Doc 1(Title: Orbel Mills) founded by <b>Mira Tolvan</b>"
+
+
+def log_run(save_dir: Path, steps: int = 4, validation: bool = True) -> Path:
+    """A metrics.csv as a policy run writes it, through Lightning's own CSVLogger: one
+    ``log_metrics`` call per training step, one for validation at the last step (so each row
+    has blank cells for the other call's keys), a NaN at step 1."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(save_dir=str(save_dir), name="run")
+    for step in range(steps):
+        logger.log_metrics({
+            "reward/total": 0.1 * step, "reward/format": 0.2 * step, "reward/accuracy": 0.05 * step,
+            "train/loss": 1.0 - 0.1 * step, "train/kl": math.nan if step == 1 else 0.01 * step,
+            "kl/global_mean": 0.01 * step, "rollout/completion_length": 40.0 + step,
+            "time/rollout_s": 2.0, "time/update_s": 1.5, "epoch": 0.0,
+        }, step=step)
+    if validation:
+        logger.log_metrics({"val/em": 0.25, "val/f1": 0.4, "val/reward/total": 0.3,
+                            "val/completion_length": 30.0, "epoch": 0.0}, step=steps - 1)
+    logger.save()
+    logger.finalize("success")
+    return Path(logger.log_dir)
+
+
+def rollout_rows() -> list[dict]:
+    """Step 1: a single-turn row whose completion carries a <script>; step 2: a multi-turn row
+    with segments (an inserted document holding HTML) and a row in the old format (no
+    segments, an <information> block in the text)."""
+    return [
+        {"step": 1, "example_id": "q1", "group": 0, "completion": "<script>alert(1)</script> Kessa",
+         "answers": ["Kessa"], "truncated": True, "reward": 0.75,
+         "components": {"format": 0.5, "accuracy": 0.25}},
+        {"step": 2, "example_id": "q2", "group": 1,
+         "completion": "<search>Orbel Mills</search>" + DOC + "<answer>Mira</answer>",
+         "answers": ["Mira Tolvan"], "truncated": False, "reward": 1.0,
+         "components": {"format": 1.0, "accuracy": 0.0},
+         "steps": [{"action": "search", "query": "Orbel Mills", "passage_ids": ["p1"]}],
+         "segments": [{"text": "<search>Orbel Mills</search>", "inserted": False},
+                      {"text": DOC, "inserted": True},
+                      {"text": "<answer>Mira</answer>", "inserted": False}]},
+        {"step": 2, "example_id": "q3", "group": 2,
+         "completion": "<search>x</search><information>old doc</information><answer>y</answer>",
+         "answers": ["y"], "truncated": False, "reward": 0.0, "components": {"format": 0.0}},
+    ]
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A version folder: metrics.csv, and rollouts.jsonl with two malformed lines."""
+    folder = log_run(tmp_path / "runs")
+    lines = [json.dumps(r) for r in rollout_rows()]
+    lines.insert(1, '{"step": 1, "completion": "cut mid-wri')  # a run killed mid-write
+    lines.insert(2, "[1, 2]")  # JSON, not an object
+    (folder / "rollouts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_csv_blank_and_nan_cells_are_skipped(run: Path) -> None:
+    series = read_metrics_csv(run / "metrics.csv")
+    assert [x for x, _ in series["reward/total"]] == [0, 1, 2, 3]
+    assert series["train/kl"] == [(0, 0.0), (2, 0.02), (3, pytest.approx(0.03))]  # step 1: NaN
+    assert series["val/em"] == [(3, 0.25)]  # the validation row only; training rows are blank
+    assert "epoch" not in series and "step" not in series
+
+
+def test_each_metric_in_one_group(run: Path) -> None:
+    groups = group_series(read_metrics_csv(run / "metrics.csv"))
+    assert sorted(groups["rewards"]) == ["reward/accuracy", "reward/format", "reward/total"]
+    assert sorted(groups["kl"]) == ["kl/global_mean", "train/kl"]
+    assert sorted(groups["loss"]) == ["train/loss"]
+    assert sorted(groups["lengths"]) == ["rollout/completion_length"]  # not val/completion_length
+    assert sorted(groups["timing"]) == ["time/rollout_s", "time/update_s"]
+    assert sorted(groups["validation"]) == ["val/completion_length", "val/em", "val/f1", "val/reward/total"]
+
+
+def test_report_writes_valid_pngs_and_page(run: Path) -> None:
+    index = write_report(run.parent)  # the parent: the newest version_N is read
+    assert index == run / "report" / "index.html"
+    for name in PLOTS:
+        with Image.open(run / "report" / name) as image:
+            assert image.format == "PNG" and image.size[0] == 800 and image.size[1] >= 450
+            image.verify()
+    page = index.read_text(encoding="utf-8")
+    for name in PLOTS:
+        assert f'<img src="{name}"' in page
+    assert page.count('<section id="step-') == 2 and '<h3>step 1</h3>' in page and '<h3>step 2</h3>' in page
+    for example in ("q1", "q2", "q3"):
+        assert f"<td>{example}</td>" in page
+
+
+def test_page_escapes_model_output(run: Path) -> None:
+    page = write_report(run).read_text(encoding="utf-8")
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; Kessa" in page
+    assert "<b>Mira" not in page  # markup inside an inserted document is text too
+
+
+def test_page_marks_inserted_documents_and_shows_components(run: Path) -> None:
+    page = write_report(run).read_text(encoding="utf-8")
+    doc = DOC.replace("<", "&lt;").replace(">", "&gt;")
+    assert f'&lt;search&gt;Orbel Mills&lt;/search&gt;<span class="inserted">{doc}</span>&lt;answer&gt;' in page
+    # the old format: the <information> block of the text is marked the same way
+    assert '<span class="inserted">&lt;information&gt;old doc&lt;/information&gt;</span>' in page
+    # q1's reward and components side by side, its truncated flag and answers
+    assert ("<tr><th>example</th><th>group</th><th>reward</th><th>format</th><th>accuracy</th>"
+            "<th>truncated</th></tr>") in page
+    assert ('<tr><td>q1</td><td>0</td><td>0.75</td><td>0.5</td><td>0.25</td>'
+            '<td><span class="truncated">yes</span></td></tr>') in page
+    assert "<b>answers:</b> Mira Tolvan" in page and "search: Orbel Mills" in page
+
+
+def test_cli_summary_counts_malformed_lines(run: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "elsewhere"
+    main(["report", str(run), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "skipped 2 malformed line(s)" in printed
+    assert f"wrote 7 files to {out}:" in printed and "  index.html" in printed
+    assert sorted(p.name for p in out.iterdir()) == sorted([*PLOTS, "index.html"])
+
+
+def test_group_without_metrics_is_skipped_and_said(tmp_path: Path, capsys) -> None:
+    folder = log_run(tmp_path / "runs", validation=False)
+    main(["report", str(folder)])
+    printed = capsys.readouterr().out
+    assert "no validation metrics in metrics.csv: validation.png skipped" in printed
+    assert "no rollouts.jsonl" in printed
+    assert not (folder / "report" / "validation.png").exists()
+    assert (folder / "report" / "rewards.png").is_file()
+
+
+def test_newest_version_with_metrics_is_read(tmp_path: Path, capsys) -> None:
+    for _ in range(3):
+        log_run(tmp_path / "runs")  # version_0, version_1, version_2
+    (tmp_path / "runs" / "run" / "version_3").mkdir()  # a run that logged nothing yet
+    main(["report", str(tmp_path / "runs" / "run")])
+    printed = capsys.readouterr().out
+    newest = tmp_path / "runs" / "run" / "version_2"
+    assert f"reading {newest} (the newest of 4 version folders)" in printed
+    assert (tmp_path / "runs" / "run" / "version_2" / "report" / "index.html").is_file()
+
+
+def test_rollout_steps_are_thinned_evenly(tmp_path: Path) -> None:
+    folder = log_run(tmp_path / "runs")
+    rows = [{"step": s, "completion": f"c{s}"} for s in range(10)]
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_report(folder, rollout_steps=4)
+    page = (report.out / "index.html").read_text()
+    # 4 of steps 0..9, evenly: indices round(i * 9 / 3) = 0, 3, 6, 9
+    assert [s for s in range(10) if f'id="step-{s}"' in page] == [0, 3, 6, 9]
+    assert "showing 4 of 10 steps" in page
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    assert "does not exist" in one_line_error(["report", str(tmp_path / "nope")], capsys)
+    empty = tmp_path / "empty"
+    (empty / "version_0").mkdir(parents=True)
+    line = one_line_error(["report", str(empty)], capsys)
+    assert "no metrics in" in line and "metrics.csv" in line
+    (tmp_path / "file.txt").write_text("x")
+    assert "is not a folder" in one_line_error(["report", str(tmp_path / "file.txt")], capsys)
+    assert "usage: lit-rag report RUN_DIR" in one_line_error(["report"], capsys)
+    assert "--rollout-steps" in one_line_error(["report", str(empty), "--rollout-steps", "x"], capsys)
+    (empty / "version_0" / "metrics.csv").write_bytes(b"step,reward/total\n0,\xff\n")
+    assert "is not UTF-8 text" in one_line_error(["report", str(empty)], capsys)
+
+
+def test_tensorboard_files_without_tensorboard_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    (tmp_path / "events.out.tfevents.1.host.0").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_accumulator", None)
+    line = one_line_error(["report", str(tmp_path)], capsys)
+    assert "needs tensorboard (pip install tensorboard)" in line
+
+
+# ---- RolloutSampleLogger segments --------------------------------------------------------------
+def test_sample_logger_writes_segments_for_inserted_tokens(tmp_path: Path) -> None:
+    tok = build_tiny_tokenizer()
+    pieces = [("<search>Who founded the company?</search>", 1),
+              ("\n\n<information>Doc 1(Title: Orbel Mills) founded by Mira</information>\n\n", 0),
+              ("<answer>Mira</answer>", 1)]
+    ids = [tok(text, add_special_tokens=False)["input_ids"] for text, _ in pieces]
+    completion = torch.tensor([i for part in ids for i in part])
+    mask = torch.tensor([m for part, (_, m) in zip(ids, pieces) for _ in part])
+    example = Example(id="q", question="?", answers=["Mira"])
+    multi = Trajectory(example, 0, torch.tensor([1]), completion, mask, torch.zeros(len(completion)),
+                       text=tok.decode(completion))
+    single = Trajectory(example, 0, torch.tensor([1]), completion, torch.ones(len(completion)),
+                        torch.zeros(len(completion)), text=tok.decode(completion))
+    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0]))
+    trainer = SimpleNamespace(is_global_zero=True, global_step=3, log_dir=str(tmp_path),
+                              default_root_dir=str(tmp_path))
+    RolloutSampleLogger().on_train_batch_end(trainer, SimpleNamespace(tokenizer=tok),
+                                             StepOutput([multi, single], rewards).as_outputs(), None, 0)
+    rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    segments = rows[0]["segments"]
+    assert [s["inserted"] for s in segments] == [False, True, False]
+    assert [s["text"] for s in segments] == [text for text, _ in pieces]
+    assert "".join(s["text"] for s in segments) == tok.decode(completion, skip_special_tokens=True)
+    assert "segments" not in rows[1]  # every token the policy's: the row stays as it was
