@@ -209,4 +209,8 @@ def test_bf16_in_a_fresh_process(folder) -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "generated [4, 4, 4, 4]" in done.stdout
+    # four samples of 1-4 tokens: temperature 1 on a random model may draw EOS before the 4th
+    # (seen once in CI: [2, 4, 4, 4]); what matters is that the batch ran
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("generated ")]
+    lengths = [int(n) for n in line[len("generated ["):-1].split(",")]
+    assert len(lengths) == 4 and all(1 <= n <= 4 for n in lengths), line
