@@ -118,6 +118,30 @@ def test_bad_requests_are_refused_and_the_server_keeps_serving(server):
     assert health["status"] == "ok" and health["retriever"] == "bm25" and health["passages"] > 1000
 
 
+def test_a_dense_index_serves_with_the_encoder_passed(tmp_path):
+    """``--encoder`` reaches the index: a dense index over a tiny BERT answers as it does here."""
+    from helpers import tiny_bert_folder
+
+    from lit_rag.retrieval.base import open_index
+
+    from lit_rag.retrieval.corpus import read_corpus
+
+    words = sorted({w for p in read_corpus("synthetic") for w in p.text.lower().split() if w.isalpha()})
+    encoder = tiny_bert_folder(tmp_path / "enc", words)
+    out = tmp_path / "dense"
+    main(["index", "build", "--corpus", "synthetic", "--retriever", "dense", "--encoder", encoder,
+          "--out", str(out)])
+    process, url = start([str(out), "--encoder", encoder])
+    try:
+        remote = HttpRetriever(url).search(QUERIES, 3)
+    finally:
+        assert stop(process, signal.SIGTERM)[0] == 0
+    local = open_index(out, encoder=encoder).search(QUERIES, 3)
+    assert [[h.passage.id for h in hits] for hits in remote] == [[h.passage.id for h in hits] for hits in local]
+    assert [h.score for hits in remote for h in hits] == pytest.approx([h.score for hits in local for h in hits])
+    assert len({h.score for hits in local for h in hits}) > 3  # not a tie everywhere
+
+
 def test_fit_with_an_http_retriever(index, server, tmp_path, monkeypatch):
     """The tiny search-agent recipe with its retriever swapped for the server by one override."""
     monkeypatch.chdir(tmp_path)
