@@ -123,7 +123,6 @@ def test_a_dense_index_serves_with_the_encoder_passed(tmp_path):
     from helpers import tiny_bert_folder
 
     from lit_rag.retrieval.base import open_index
-
     from lit_rag.retrieval.corpus import read_corpus
 
     words = sorted({w for p in read_corpus("synthetic") for w in p.text.lower().split() if w.isalpha()})
