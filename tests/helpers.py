@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,6 +48,21 @@ def require_package(module: str, install: str) -> None:
     if os.environ.get("CI"):
         raise RuntimeError(f"CI must install {module} ({install})")
     pytest.skip(f"{module} is not installed: {install}", allow_module_level=True)
+
+
+def shared_data_dir() -> Path:
+    """``../shared/data`` (real dataset samples that ship beside the repo, not in it).
+
+    Skips the caller where it is absent (a user's clone), except in CI, which runs with
+    ``../shared`` beside the clone: there its absence is an error, never a silent skip.
+    """
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    if path.is_dir():
+        return path
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI runs with ../shared beside the clone, but {path} is absent")
+    pytest.skip("../shared/data is absent (it ships beside the repo, not in it): tests on real "
+                "samples skipped")
 
 
 def pretend_cuda(devices: int = 1):

@@ -77,6 +77,7 @@ class HybridRetriever(Retriever):
         self.depth = depth
         self.index = index
         self.corpus = corpus
+        self._index_checked = False
 
     def build(self, passages: list[Passage]) -> None:
         """Build every child over the same passages."""
@@ -92,11 +93,11 @@ class HybridRetriever(Retriever):
         check_search_args(queries, k)
         if not queries:
             return []
-        if self.corpus is not None:
+        if self.corpus is not None and not self._index_checked:
             from lit_rag.retrieval.storage import build_missing_index
 
             build_missing_index(self.index, self.corpus, self)
-            self.corpus = None  # built (or found) once: the children hold or load it now
+            self._index_checked = True  # built or found: the children hold or load it now
         depth = max(self.depth, k)
         per_child = [child.search(queries, depth) for child in self.retrievers]
         results = []

@@ -27,9 +27,8 @@ from lit_rag.cli import main
 from lit_rag.retrieval.base import open_index
 from lit_rag.retrieval.importer import BGE_INSTRUCTION
 from lit_rag.retrieval.manifest import IndexMismatchError
-from tests.helpers import one_line_error, tiny_bert_folder
+from tests.helpers import one_line_error, shared_data_dir, tiny_bert_folder
 
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "data" / "wiki_corpus1000_flashrag.jsonl"
 ROWS = 200
 MAX_LENGTH = 64  # the tiny BERT's positions; sentence-transformers cuts there too
 QUERIES = ["Evan Morris lobbyist Genentech", "who founded the city on the river",
@@ -39,10 +38,9 @@ QUERIES = ["Evan Morris lobbyist Genentech", "who founded the city on the river"
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     """A 200-row FlashRAG corpus, its words and the tiny encoders' common vocabulary."""
-    if not SAMPLE.is_file():
-        pytest.skip(f"{SAMPLE} is absent (../shared/data ships beside the repo, not in it)")
+    sample = shared_data_dir() / "wiki_corpus1000_flashrag.jsonl"  # skipped outside CI if absent
     root = tmp_path_factory.mktemp("source")
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:ROWS]
+    lines = sample.read_text(encoding="utf-8").splitlines()[:ROWS]
     corpus = root / "wiki-200.jsonl"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows = [json.loads(line) for line in lines]
