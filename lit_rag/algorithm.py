@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from lit_rag.rollout.base import Placement
 from lit_rag.types import RewardBreakdown, Trajectory
 
 
@@ -199,6 +200,8 @@ class Algorithm(ABC):
             :meth:`informative_groups` and passes ``max_groups`` to :meth:`prepare`.
         wants_scorer: Whether the algorithm ranks samples by a learned scorer, which a
             callback then sets as ``scorer`` (``trajectories -> [N]`` scores).
+        placement: This process's rank among the run's ranks (:meth:`place`): an algorithm
+            whose batch setting counts over all ranks divides it (DPO's ``max_pairs``).
     """
 
     mu: int = 1
@@ -207,6 +210,12 @@ class Algorithm(ABC):
     dynamic_sampling_rounds: int = 0
     wants_scorer: bool = False
     scorer: Callable[[list[Trajectory]], torch.Tensor] | None = None
+    placement: Placement = Placement()
+
+    def place(self, placement: Placement) -> None:
+        """Tell the algorithm which rank of how many runs it (the policy module does, before
+        training); one process by default."""
+        self.placement = placement
 
     @abstractmethod
     def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown,

@@ -8,7 +8,8 @@ together; the built-in plugins (algorithms, rewards, environments) import only t
   :class:`RewardBreakdown`, :class:`StepOutput`.
 - The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
   :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds),
-  :class:`Retriever`, :class:`RolloutEngine`.
+  :class:`Retriever`, :class:`RolloutEngine`; :class:`Placement` tells an algorithm or an
+  engine which rank of how many it serves.
 - Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
   :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
 - Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
@@ -65,7 +66,7 @@ from lit_rag.kl import get_estimator as kl_estimator
 from lit_rag.models import has_adapters, resolve_path
 from lit_rag.retrieval.base import Hit, Retriever
 from lit_rag.reward import FunctionReward, Reward
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.rollout.base import Generation, Placement, RolloutEngine, SamplingParams
 from lit_rag.step import StepOutput
 from lit_rag.text import (
     PUNCTUATION_MODES,
@@ -146,6 +147,7 @@ __all__ = [
     "LossOutput",
     "ModelConfig",
     "Passage",
+    "Placement",
     "PolicyLossConfig",
     "PolicyLossFn",
     "Prepared",

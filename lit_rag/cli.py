@@ -203,8 +203,35 @@ def _cli_class():
             from lit_rag.checkpointing import use_atomic_checkpoints
 
             use_atomic_checkpoints(self.trainer)
+            check_scale(self.trainer, self.model, self.datamodule)
 
     return LitRagCLI
+
+
+def check_scale(trainer, module, datamodule) -> None:
+    """Settings that depend on the number of processes, checked once before any starts (a rank
+    would fail later, each with the same line): the global batch must split over the ranks,
+    and a tensor-parallel engine's group size must divide the ranks of a node and the model's
+    attention heads (read from the policy folder's ``config.json`` when it has one)."""
+    import json
+
+    from lit_rag.rollout.base import Placement
+    from lit_rag.rollout.vllm_ranks import check_tensor_parallel
+
+    if datamodule is not None and hasattr(datamodule, "process_batch_size"):
+        datamodule.process_batch_size(trainer.world_size)
+    size = getattr(getattr(module, "engine", None), "tensor_parallel_size", 1)
+    if not isinstance(size, int) or size == 1:
+        return
+    config = None
+    path = getattr(getattr(module, "policy_config", None), "path", None)
+    file = Path(path) / "config.json" if path else None
+    if file is not None and getattr(module.policy_config, "tiny", None) is None and file.is_file():
+        raw = json.loads(file.read_text(encoding="utf-8"))
+        config = argparse.Namespace(num_attention_heads=raw.get("num_attention_heads"),
+                                    num_key_value_heads=raw.get("num_key_value_heads"))
+    placement = Placement(world_size=trainer.world_size, local_world_size=trainer.num_devices)
+    check_tensor_parallel(size, placement, config)
 
 
 def check_ckpt_path(path: str) -> None:

@@ -98,6 +98,9 @@ class CurriculumCallback(Callback):
             return
         state = torch.load(paths[0], map_location="cpu", weights_only=True)["state_dict"]
         pl_module.load_state_dict(state, strict=False)
+        engine = getattr(pl_module, "engine", None)
+        if engine is not None:  # an engine with its own copy (vllm) samples from the reloaded weights
+            engine.sync_weights()
 
     # ---- hooks ------------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:

@@ -19,9 +19,11 @@ from torch.utils.data import DataLoader
 
 from lit_rag.data.readers import FORMATS, DatasetFormatError, read_examples
 from lit_rag.data.synthetic import SyntheticWorld
+from lit_rag.errors import InputError
 from lit_rag.types import Example, Passage
 
 SYNTHETIC = "synthetic"
+DEFAULT_BATCH = 8  # examples per process when neither batch size is set
 
 
 def collate_examples(batch: list[Example]) -> list[Example]:
@@ -181,8 +183,13 @@ class QADataModule(L.LightningDataModule):
         num_distractors: Non-gold paragraphs in each synthetic example's references.
         max_references: Keep at most this many references per example: all gold ones, then
             the first distractors (None keeps all).
-        batch_size: Examples per training batch (per process).
-        val_batch_size: Examples per validation/test batch (default: batch_size).
+        batch_size: Examples per training batch in each process (default 8). With N processes
+            a step trains on N x batch_size examples.
+        global_batch_size: Examples per training batch over all processes, the batch a paper
+            states: each of N processes takes global_batch_size / N (N must divide it). Set
+            this or batch_size, not both.
+        val_batch_size: Examples per validation/test batch in each process (default: the
+            per-process training batch).
         shuffle: Shuffle the training examples each epoch.
         seed: Seed of the training order.
         forest: R2AG's progressive iterative training (r2ag.md Algorithm 1): epoch ``j`` trains
@@ -203,14 +210,16 @@ class QADataModule(L.LightningDataModule):
         hops: list[int] = [2, 3],  # noqa: B006 - copied below; a list reads best in YAML
         num_distractors: int = 6,
         max_references: int | None = None,
-        batch_size: int = 8,
+        batch_size: int | None = None,
+        global_batch_size: int | None = None,
         val_batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         forest: bool = False,
     ) -> None:
         super().__init__()
-        self._check_args(num_train, num_val, max_references, batch_size, val_batch_size)
+        self._check_args(num_train, num_val, max_references, batch_size, global_batch_size,
+                         val_batch_size)
         if format not in FORMATS:
             raise ValueError(f"data.format must be one of {', '.join(FORMATS)}; got '{format}'")
         if not hops or any(k not in (1, 2, 3, 4) for k in hops):
@@ -226,8 +235,10 @@ class QADataModule(L.LightningDataModule):
         self.hops = list(hops)
         self.num_distractors = num_distractors
         self.max_references = max_references
-        self.batch_size = batch_size
-        self.val_batch_size = val_batch_size or batch_size
+        self.global_batch_size = global_batch_size
+        # the per-process setting (None when the global one is set: process_batch_size splits it)
+        self.batch_size = batch_size or (None if global_batch_size else DEFAULT_BATCH)
+        self._val_batch_size = val_batch_size
         self.shuffle = shuffle
         self.seed = seed
         self._world: SyntheticWorld | None = None
@@ -242,15 +253,49 @@ class QADataModule(L.LightningDataModule):
         num_train: int | None,
         num_val: int | None,
         max_references: int | None,
-        batch_size: int,
+        batch_size: int | None,
+        global_batch_size: int | None,
         val_batch_size: int | None,
     ) -> None:
         for key, value in (("num_train", num_train), ("num_val", num_val),
-                           ("max_references", max_references), ("val_batch_size", val_batch_size)):
+                           ("max_references", max_references), ("val_batch_size", val_batch_size),
+                           ("batch_size", batch_size), ("global_batch_size", global_batch_size)):
             if value is not None and value < 1:
                 raise ValueError(f"data.{key} must be >= 1 or null; got {value}")
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size must be >= 1; got {batch_size}")
+        if batch_size is not None and global_batch_size is not None:
+            raise ValueError(
+                f"data.batch_size ({batch_size}, per process) and data.global_batch_size "
+                f"({global_batch_size}, over all processes) are both set; set one of them "
+                "(e.g. --data.batch_size=null)"
+            )
+
+    def process_batch_size(self, world_size: int) -> int:
+        """Examples per training batch in each of ``world_size`` processes: ``batch_size``, or
+        ``global_batch_size / world_size``.
+
+        Example:
+            >>> QADataModule(global_batch_size=512).process_batch_size(8)
+            64
+        """
+        if self.global_batch_size is None:
+            return self.batch_size
+        size = self.global_batch_size
+        if size % world_size:
+            fits = ", ".join(str(n) for n in range(1, min(size, 64) + 1) if size % n == 0)
+            raise InputError(
+                f"data.global_batch_size {size} cannot be split over {world_size} processes "
+                f"(devices x nodes); process counts that divide it: {fits}; or set "
+                "data.batch_size (per process)"
+            )
+        return size // world_size
+
+    @property
+    def val_batch_size(self) -> int:
+        """Examples per validation / test batch in each process."""
+        if self._val_batch_size is not None:
+            return self._val_batch_size
+        world = self.trainer.world_size if self.trainer is not None else 1
+        return self.process_batch_size(world)
 
     # ------------------------------------------------------------------ loading
 
@@ -380,7 +425,7 @@ class QADataModule(L.LightningDataModule):
                 self.current, self.next, self.iteration = list(self.next.values()), {}, epoch
         return ResumableLoader(
             self.pool(),
-            batch_size=self.batch_size,
+            batch_size=self.process_batch_size(trainer.world_size if trainer is not None else 1),
             shuffle=self.shuffle,
             seed=self.seed,
             epoch=trainer.current_epoch if trainer is not None else 0,

@@ -22,8 +22,17 @@ from lit_rag.models import has_adapters
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
 from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
+from lit_rag.modules.strategies import (
+    clean_name,
+    deepspeed_engine,
+    forward_gathers,
+    fsdp_wrap,
+    is_fsdp,
+    is_sharded,
+    outside_zero_init,
+)
 from lit_rag.reward import Reward
-from lit_rag.rollout.base import RolloutEngine, SamplingParams
+from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
 from lit_rag.step import StepOutput
 from lit_rag.text import PUNCTUATION_MODES
 from lit_rag.types import Example, RewardBreakdown, Trajectory
@@ -126,13 +135,21 @@ class PolicyModule(LightningModule):
             return
         self.environment.setup()
         self.tokenizer = load_tokenizer(self.policy_config)
-        self.model = load_model(self.policy_config).train()  # from_pretrained returns eval mode
+        with outside_zero_init():
+            self.model = load_model(self.policy_config).train()  # from_pretrained returns eval mode
         if self.algorithm.needs_reference and not has_adapters(self.model):
             reference = copy.deepcopy(self.model).eval()
             reference.requires_grad_(False)
             self._reference = [reference]
-        if self._trainer is not None and _is_fsdp(self.trainer.strategy):
-            self.model = _fsdp_wrap(self.model, self.trainer.strategy)
+        if self._trainer is not None and is_fsdp(self.trainer.strategy):
+            self.model = fsdp_wrap(self.model, self.trainer.strategy)
+        if self._trainer is not None:  # e.g. a vLLM per rank (or per tensor-parallel group)
+            trainer = self.trainer
+            placement = Placement(rank=trainer.global_rank, world_size=trainer.world_size,
+                                  local_rank=trainer.local_rank,
+                                  local_world_size=trainer.num_devices)
+            self.engine.place(placement)
+            self.algorithm.place(placement)
         self.engine.bind(self.model, self.tokenizer)
 
     def reference_logprobs(self, batch: TrainBatch, width: int) -> torch.Tensor:
@@ -160,7 +177,7 @@ class PolicyModule(LightningModule):
         used = max(1, int(attention[:, prompt_width:].sum(-1).max()))
         ids = input_ids[:, start : prompt_width + used].to(self.device)
         mask = attention[:, start : prompt_width + used].to(self.device)
-        if _is_sharded(model):
+        if forward_gathers(model):
             logprobs = root_forward_logprobs(model, ids, mask, used, temperature=temperature)
         else:
             logprobs = completion_logprobs(model, ids, mask, used, temperature=temperature,
@@ -206,13 +223,23 @@ class PolicyModule(LightningModule):
     def _refill(self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int):
         """Sample extra prompts until ``target`` groups have reward variance (at most ``rounds``
         extra rounds, each drawing as many prompts as groups are missing). Extra prompts come
-        from the training pool with an RNG seeded by the step, so a resumed run draws the same."""
+        from the training pool with an RNG seeded by the step, so a resumed run draws the same.
+
+        Ranks refill together: a round runs on every rank while any rank still draws, a rank
+        with nothing to draw rolling out no prompt (an engine shared by a tensor-parallel group
+        of ranks needs every rank in every rollout)."""
         used = 0
-        while used < rounds and (informative := self.algorithm.informative_groups(trajectories, rewards)) < target:
-            extra = self._extra_examples(target - informative, used)  # as many prompts as are missing
-            if not extra:
+        while True:
+            missing = 0
+            if used < rounds:
+                missing = max(0, target - self.algorithm.informative_groups(trajectories, rewards))
+            extra = self._extra_examples(missing, used) if missing else []
+            if not self._any_rank(bool(extra)):
                 break
             more = self.rollout(extra, self.sampling, self.group_size)
+            used += 1
+            if not more:
+                continue
             offset = max(t.group for t in trajectories) + 1
             for t in more:
                 t.group += offset
@@ -222,7 +249,6 @@ class PolicyModule(LightningModule):
                 total=torch.cat([rewards.total, more_rewards.total]),
                 components={k: torch.cat([v, more_rewards.components[k]]) for k, v in rewards.components.items()},
             )
-            used += 1
         return trajectories, rewards, used
 
     def _extra_examples(self, n: int, round_index: int) -> list[Example]:
@@ -274,7 +300,7 @@ class PolicyModule(LightningModule):
             out = torch.zeros(size, width)
             for s in slices:
                 out[s] = fn(batch.rows(s)).float().cpu()
-            if _is_sharded(self.model):  # sharded forwards are collectives too
+            if forward_gathers(self.model):  # sharded forwards are collectives too
                 for _ in range(idle_forwards):
                     self._logprobs(self.model, self._idle_batch(), 1)
             return out
@@ -285,7 +311,7 @@ class PolicyModule(LightningModule):
             if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
                 batch.old_logprobs = per_row(lambda micro: self._logprobs(self.model, micro, width))
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        engine = _deepspeed_engine(self)
+        engine = deepspeed_engine(self)
         sums: dict[str, float] = {}
         micro_count = 0
         mismatch = _Mismatch()
@@ -322,7 +348,7 @@ class PolicyModule(LightningModule):
                     for key, value in out.metrics.items():
                         sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value)
                 if self.max_grad_norm is not None:
-                    if _is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
+                    if is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
                         self.model.clip_grad_norm_(self.max_grad_norm)
                     else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
                         self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
@@ -356,6 +382,10 @@ class PolicyModule(LightningModule):
         order = rows[(order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()]  # units kept whole
         step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
         return [order[i : i + step] for i in range(0, len(order), step)]
+
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank (a collective with several ranks)."""
+        return self._max_over_ranks(int(flag)) > 0
 
     def _max_over_ranks(self, n: int) -> int:
         if self._trainer is None or self.trainer.world_size < 2:
@@ -455,14 +485,15 @@ class PolicyModule(LightningModule):
             self._stored_schedule = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        name, keys, pos, has_gauss, gauss = np.random.get_state()
-        checkpoint["rng_states"] = {  # plain types: loadable with torch.load(weights_only=True)
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
-        }
+        checkpoint["rng_states"] = _rng_states()
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            # every rank's states (rank 0 writes the file): each resumed rank draws as it would have
+            ranks: list = [None] * world
+            torch.distributed.all_gather_object(ranks, checkpoint["rng_states"])
+            checkpoint["rng_states"]["ranks"] = ranks
         if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
-            trainable = {f"model.{_clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
+            trainable = {f"model.{clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
         if self._schedule is not None:  # LambdaLR's state has the step, not the plan its factor reads
@@ -474,7 +505,8 @@ class PolicyModule(LightningModule):
 
     def _stateful_plugins(self) -> dict:
         """The plugins whose ``state_dict`` the checkpoint carries, by checkpoint key."""
-        return {"algorithm": self.algorithm, "reward": self.reward, "environment": self.environment}
+        return {"algorithm": self.algorithm, "reward": self.reward, "environment": self.environment,
+                "engine": self.engine}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         stored = checkpoint.get("lit_rag", {})
@@ -487,10 +519,25 @@ class PolicyModule(LightningModule):
             self._apply_stored_schedule()
         states = checkpoint.get("rng_states")
         if states:
+            ranks = states.get("ranks")
+            if ranks and self._trainer is not None and len(ranks) == self.trainer.world_size:
+                states = ranks[self.trainer.global_rank]  # this rank's own, saved by the same world
             torch.set_rng_state(states["torch"])
             random.setstate(states["python"])
             name, keys, pos, has_gauss, gauss = states["numpy"]
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _rng_states() -> dict:
+    """The global RNG states of torch, Python and NumPy, as plain types (loadable with
+    ``torch.load(weights_only=True)``)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(gauss)],
+    }
 
 
 class _Mismatch:
@@ -513,71 +560,6 @@ class _Mismatch:
             return {}
         return {"rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
                 "rollout/logprob_diff_max": torch.tensor(self.max)}
-
-
-def _deepspeed_engine(module: LightningModule):
-    """The DeepSpeed engine when training under Lightning's DeepSpeed strategy, else None.
-
-    A step accumulates one backward pass per micro-batch before its optimizer step; ZeRO-2
-    reduces gradients at each "accumulation boundary", which by default (Lightning sets
-    ``gradient_accumulation_steps`` from ``accumulate_grad_batches`` = 1) is every backward and
-    refuses a second gradient for the same partition. The engine is told that only the step's
-    last micro-batch is the boundary (``set_gradient_accumulation_boundary``, DeepSpeed's API for
-    caller-owned accumulation).
-    """
-    if module._trainer is None:
-        return None
-    from lightning.pytorch.strategies import DeepSpeedStrategy
-
-    strategy = module.trainer.strategy
-    return strategy.deepspeed_engine if isinstance(strategy, DeepSpeedStrategy) else None
-
-
-def _is_fsdp(strategy) -> bool:
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    return isinstance(strategy, FSDPStrategy)
-
-
-def _is_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    return isinstance(model, FullyShardedDataParallel)
-
-
-def _clean_name(name: str) -> str:
-    """A parameter name without FSDP's wrapper segments (as in its full state dict)."""
-    return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
-
-
-def _fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
-    """Shard the policy itself with FSDP (inside Lightning's ``model_sharded_context``, which
-    carries the strategy's settings), one unit per decoder layer unless the strategy names its
-    own ``auto_wrap_policy``.
-
-    Lightning would otherwise wrap the whole LightningModule, so the training step would run
-    inside the root unit's forward, and the step's own backward passes (one per micro-batch,
-    ``manual_backward``) would fail FSDP's state checks. With the policy as the root, each
-    micro-batch is an ordinary root forward and backward. ``use_orig_params`` lets frozen base
-    weights and trainable LoRA adapters share units.
-    """
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, wrap
-
-    from lit_rag.modules.logprobs import _base_model
-
-    overrides: dict = {"use_orig_params": True}
-    base = _base_model(model)
-    embeddings, head = base.get_input_embeddings(), base.get_output_embeddings()
-    if head is not None and head.weight is embeddings.weight and not embeddings.weight.requires_grad:
-        # a frozen tied embedding/head matrix (LoRA on SmolLM2, Llama-3.2, Qwen2.5-small...) in a
-        # flat parameter breaks FSDP's shared-parameter views after a no-grad forward
-        # (measured: "as_params=True type(prim_param)=Tensor" on torch 2.13); it stays whole
-        overrides["ignored_states"] = [embeddings.weight]
-    if "auto_wrap_policy" not in strategy.kwargs:
-        layers = getattr(base.get_decoder(), "layers", None)
-        if layers is not None and len(layers):
-            overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
-    return wrap(model, **overrides)
 
 
 def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:

@@ -48,6 +48,32 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where this training process sits among the run's processes (ranks).
+
+    The policy module gives it to its engine (:meth:`RolloutEngine.place`) before binding the
+    model; an engine that keeps its own copy of the policy uses it to start one copy per rank
+    (or per tensor-parallel group of ranks) and to seed each differently.
+
+    Args:
+        rank: Global rank of this process.
+        world_size: Number of training processes (devices x nodes).
+        local_rank: Rank of this process on its node.
+        local_world_size: Training processes on this node.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this process's node (ranks fill nodes in order)."""
+        return self.rank // self.local_world_size
+
+
 @dataclass
 class Generation:
     """One completion from the engine.
@@ -75,6 +101,12 @@ class RolloutEngine(ABC):
 
     model: torch.nn.Module | None = None
     tokenizer: object | None = None
+    placement: Placement = Placement()
+
+    def place(self, placement: Placement) -> None:
+        """Tell the engine which rank of how many it serves (before :meth:`bind`); one
+        process by default. Engines that sample from the live policy need nothing more."""
+        self.placement = placement
 
     def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
         """Attach the policy the engine samples from."""
@@ -139,8 +171,10 @@ class RolloutEngine(ABC):
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
         """Around one whole rollout, all its turns: an engine that samples from the live policy
-        prepares it here (the ``hf`` engine gathers an FSDP-sharded policy's weights once).
-        Nothing by default."""
+        prepares it here (the ``hf`` engine gathers an FSDP-sharded policy's weights once); an
+        engine shared by several ranks (a tensor-parallel ``vllm`` group) keeps serving the
+        other ranks' requests at the end until every rank's rollout is done. Every rank enters
+        it once per rollout, all ranks the same number of times. Nothing by default."""
         yield
 
     def idle(self) -> None:
@@ -152,3 +186,10 @@ class RolloutEngine(ABC):
     def metrics(self) -> dict[str, float]:
         """Engine figures since the last call, logged with the step (e.g. ``time/weight_sync_s``)."""
         return {}
+
+    def state_dict(self) -> dict:
+        """State a resumed run needs (plain types); the checkpoint carries it. None by default."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s output."""

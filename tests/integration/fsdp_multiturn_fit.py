@@ -29,7 +29,7 @@ import torch.distributed as dist
 from lightning.pytorch import Callback
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ddp_fit import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
+from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
 
 from lit_rag.api import Reward
 from lit_rag.data.datamodule import QADataModule
@@ -60,17 +60,34 @@ class RankScripted(HFEngine):
         return [self._scripted(self.tokenizer.decode(p), rank, g) for p, g in zip(prompts, real)]
 
     def _scripted(self, prompt: str, rank: int, real: Generation) -> Generation:
-        searches = prompt.count("<search>") - 1  # the instruction names the tag once
-        if prompt.endswith("</information>\n\n"):
-            text = "<evaluate>missing: the birthplace</evaluate>"
-        elif rank == 0 or searches >= SEARCHES_ON_RANK_1:
-            text = "<answer>Kessa</answer>"
-        else:
-            text = "<search>Tolvan born</search>"
-        ids = torch.tensor(
-            self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long
-        )
-        return Generation(ids, torch.full((len(ids),), -0.5), self.tokenizer.decode(ids), True)
+        return scripted(self.tokenizer, prompt, rank)
+
+
+def scripted(tokenizer, prompt: str, rank: int, variant: int = 0) -> Generation:
+    """The rank's next segment for an episode whose context is ``prompt``: rank 0 answers at
+    once; rank 1 searches three times, evaluating after each search, then answers. ``variant``
+    1 answers in other words (samples of a group then differ)."""
+    searches = prompt.count("<search>") - 1  # the instruction names the tag once
+    if prompt.endswith("</information>\n\n"):
+        text = "<evaluate>missing: the birthplace</evaluate>"
+    elif rank == 0 or searches >= SEARCHES_ON_RANK_1:
+        text = "<answer>the harbour town Kessa</answer>" if variant else "<answer>Kessa</answer>"
+    else:
+        text = "<search>Tolvan born</search>"
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    return Generation(ids, torch.full((len(ids),), -0.5), tokenizer.decode(ids), True)
+
+
+def two_passages_retriever() -> BM25Retriever:
+    """A BM25 index of the two passages the scripted episodes search."""
+    retriever = BM25Retriever(stopwords="en")
+    retriever.build(
+        [
+            Passage("p1", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
+            Passage("p2", "Kessa", "Kessa is a harbour town in the region of Dorvale."),
+        ]
+    )
+    return retriever
 
 
 class Constant(Reward):
@@ -98,13 +115,7 @@ class Recorder(Callback):
 
 def main(out: Path, kind: str) -> None:
     L.seed_everything(0)
-    retriever = BM25Retriever(stopwords="en")
-    retriever.build(
-        [
-            Passage("p1", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-            Passage("p2", "Kessa", "Kessa is a harbour town in the region of Dorvale."),
-        ]
-    )
+    retriever = two_passages_retriever()
     module = PolicyModule(
         policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2)),
         environment=SearchAgentEnvironment(

@@ -88,7 +88,8 @@ class Scripted(RolloutEngine):
         return out
 
 
-def test_refill_samples_more_prompts_until_the_batch_is_informative():
+def refill_module() -> PolicyModule:
+    """A policy module with DAPO's refill (3 rounds) over the scripted engine, G = 2."""
     module = PolicyModule(
         policy=TINY,
         environment=SingleTurnEnvironment(),
@@ -98,6 +99,11 @@ def test_refill_samples_more_prompts_until_the_batch_is_informative():
         engine=Scripted(),
     )
     module.configure_model()
+    return module
+
+
+def test_refill_samples_more_prompts_until_the_batch_is_informative():
+    module = refill_module()
     flat = [Example(f"f{i}", f"flat question {i}", ["x"]) for i in range(2)]
     varied = [Example(f"v{i}", f"varied question {i}", ["x"]) for i in range(4)]
     draws = iter([[flat[0], varied[0]], [varied[1], varied[2]]])

@@ -72,3 +72,33 @@ def test_vllm_engine_and_qlora_flags_build_without_vllm(monkeypatch):
                        "--model.engine=vllm"], run=False)
     assert qlora.model.policy_config.quantization == "4bit" and qlora.model.policy_config.lora is not None
     # building a recipe never imports vllm (that happens at the engine's first generate)
+
+
+#: paper recipe -> prompts per optimizer step over all processes (the paper's batch)
+PAPER_BATCH = {"arena.yaml": 256, "eval_rar.yaml": 512, "search_r1.yaml": 512, "r2ag.yaml": 128,
+               "evo_rag.yaml": 8}
+
+
+@pytest.mark.parametrize("recipe", sorted(PAPER_BATCH))
+def test_paper_recipes_roll_out_with_vllm_on_the_papers_global_batch(recipe):
+    """A vLLM on every rank, and the paper's batch whatever the device count: 8 GPUs (4 x 2
+    nodes) each take an eighth; one GPU takes it whole."""
+    with pretend_cuda(devices=4):
+        cli = build_cli(["--config", str(REPO / "recipes" / recipe), "--trainer.accelerator=gpu",
+                         "--trainer.devices=4", "--trainer.num_nodes=2"], run=False)
+    assert type(cli.model.engine).__name__ == "VLLMEngine"
+    assert cli.datamodule.batch_size is None  # counted over all processes, not per process
+    assert cli.datamodule.process_batch_size(8) == PAPER_BATCH[recipe] // 8
+    assert cli.datamodule.process_batch_size(1) == PAPER_BATCH[recipe]
+
+
+def test_a_global_batch_that_does_not_split_stops_before_training(capsys):
+    """ARENA's 256 prompts on 7 GPUs (the release trained on 7): one line, nothing started."""
+    from helpers import one_line_error
+
+    with pretend_cuda(devices=7):
+        line = one_line_error(["fit", "--config", str(REPO / "recipes/arena.yaml"), "--trainer.accelerator=gpu",
+                               "--trainer.devices=7"], capsys)
+    assert line == ("lit-rag: error: data.global_batch_size 256 cannot be split over 7 processes (devices x "
+                    "nodes); process counts that divide it: 1, 2, 4, 8, 16, 32, 64; or set data.batch_size "
+                    "(per process)")

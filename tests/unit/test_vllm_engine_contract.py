@@ -30,8 +30,8 @@ from lit_rag.rollout.vllm import (
     VLLMEngine,
     to_generation,
     to_vllm_sampling,
-    vllm_weight_names,
 )
+from lit_rag.rollout.weights import checkpoint_name
 
 TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2)
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0)  # scale = alpha / r = 2
@@ -255,7 +255,6 @@ def test_a_vllm_without_reload_weights_loads_then_processes(monkeypatch, tiny) -
 
 
 def test_weight_names_peft_rules() -> None:
-    t = torch.zeros(1)
     names = [
         "base_model.model.model.layers.0.mlp.up_proj.base_layer.weight",
         "base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight",
@@ -265,9 +264,13 @@ def test_weight_names_peft_rules() -> None:
         "base_model.model.lm_head.modules_to_save.default.weight",
         "base_model.model.model.norm.weight",
     ]
-    got = [n for n, _ in vllm_weight_names([(n, t) for n in names], is_peft=True)]
-    assert got == ["model.layers.0.mlp.up_proj.weight", "lm_head.weight", "model.norm.weight"]
-    assert [n for n, _ in vllm_weight_names([("lm_head.weight", t)], is_peft=False)] == ["lm_head.weight"]
+    got = [checkpoint_name(n, is_peft=True) for n in names]
+    assert got == ["model.layers.0.mlp.up_proj.weight", None, None, None, None, "lm_head.weight",
+                   "model.norm.weight"]
+    assert checkpoint_name("lm_head.weight", is_peft=False) == "lm_head.weight"
+    # FSDP and activation-checkpointing wrappers name no checkpoint tensor
+    wrapped = "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module._checkpoint_wrapped_module.mlp.up_proj.weight"
+    assert checkpoint_name(wrapped, is_peft=False) == "model.layers.0.mlp.up_proj.weight"
 
 
 # ---- sleep / wake order --------------------------------------------------------------------
@@ -301,6 +304,23 @@ def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags
         assert fake.events == FIRST + AGAIN + after_sync
     else:
         assert fake.events == [e for e in FIRST + AGAIN + after_sync if "sleep" not in e and "wake" not in e]
+
+
+def test_sleep_level_2_pushes_the_weights_at_every_wake(monkeypatch, tiny) -> None:
+    """Level 2 frees the weights too: waking for validation (no optimizer step since) must push
+    them again, between waking the weights and the KV cache, as after a step."""
+    fake = install_fake_vllm(monkeypatch)
+    model, tok = tiny
+    engine = bound(model, tok, sleep_mode=True, sleep_level=2)
+    params = SamplingParams(max_new_tokens=2)
+    for _ in range(2):  # a rollout, then validation with the same weights
+        engine.generate([[1]], params)
+        engine.idle()
+    wake = ["wake_up(tags=['weights'])", "reload_weights", "wake_up(tags=['kv_cache'])", "reset_prefix_cache",
+            "generate", "sleep(level=2)"]
+    assert fake.events == ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=2)"] + wake
+    with pytest.raises(ValueError, match="sleep_level 2 drops the base weights"):
+        VLLMEngine(sleep_level=2, lora_sync="adapter")
 
 
 # ---- registration, lazy import, errors -----------------------------------------------------

@@ -97,7 +97,9 @@ class DPO(Algorithm):
         margin: Least return gap for a pair (delta = 0.2).
         reference_free: Drop the reference terms (the paper's equation).
         selection: Rank siblings by their ``return`` (the paper) or by the ``reward_model``'s score.
-        max_pairs: Most pairs per optimizer step; None: all of them in one step.
+        max_pairs: Most pairs per optimizer step over all ranks (the paper's batch, whatever
+            the device count: each rank takes ``ceil(max_pairs / ranks)`` of its own pairs);
+            None: all of them in one step.
         collect_steps: Rollout steps whose pairs are stored before an update (Algorithm 1's M
             episodes); 1 with ``epochs: 1`` is the online variant.
         epochs: Passes over the stored pairs per update (Algorithm 1's E).
@@ -154,9 +156,10 @@ class DPO(Algorithm):
         else:
             pairs = preference_pairs(trajectories, returns, self.margin)
         metrics["pairs"] = torch.tensor(float(len(pairs)))
-        if self.online and self.max_pairs is not None and len(pairs) > self.max_pairs:
+        cap = self.pairs_per_rank()
+        if self.online and cap is not None and len(pairs) > cap:
             ranking = scores if by_model else returns
-            pairs = sorted(pairs, key=lambda p: -float(ranking[p[0]] - ranking[p[1]]))[: self.max_pairs]
+            pairs = sorted(pairs, key=lambda p: -float(ranking[p[0]] - ranking[p[1]]))[:cap]
         if pairs:
             metrics["return_gap"] = torch.tensor([float(returns[c] - returns[r]) for c, r in pairs]).mean()
         return pairs, metrics
@@ -179,8 +182,9 @@ class DPO(Algorithm):
         return Prepared(batch=batch, metrics=metrics)
 
     def mini_batches(self, n_pairs: int) -> list[tuple[torch.Tensor, float]]:
-        """``epochs`` shuffled passes over the pairs in chunks of ``max_pairs``: (rows, 1 / pairs)."""
-        per_step = self.max_pairs or n_pairs
+        """``epochs`` shuffled passes over the pairs in chunks of this rank's share of
+        ``max_pairs``: (rows, 1 / pairs)."""
+        per_step = self.pairs_per_rank() or n_pairs
         if self.online:  # one step over this step's pairs, in order
             orders = [torch.arange(n_pairs)]
         else:
@@ -192,6 +196,14 @@ class DPO(Algorithm):
                 rows = (chunk.unsqueeze(-1) * 2 + torch.arange(2)).flatten()  # chosen, rejected together
                 out.append((rows, 1.0 / len(chunk)))
         return out
+
+    def pairs_per_rank(self) -> int | None:
+        """This rank's pairs per optimizer step: ``max_pairs`` shared over the ranks.
+
+        Example: ``max_pairs: 64`` on 8 ranks gives 8 pairs a rank (64 a step, as on one)."""
+        if self.max_pairs is None:
+            return None
+        return -(-self.max_pairs // self.placement.world_size)
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         mask = batch.completion_mask  # [2P, C]
