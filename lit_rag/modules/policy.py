@@ -305,11 +305,15 @@ class PolicyModule(LightningModule):
                     self._logprobs(self.model, self._idle_batch(), 1)
             return out
 
-        with torch.no_grad():
+        with torch.no_grad():  # a rank without rows runs only the idle collective forwards here
             if self.algorithm.needs_reference:
-                batch.ref_logprobs = per_row(lambda micro: self.reference_logprobs(micro, width))
+                ref = per_row(lambda micro: self.reference_logprobs(micro, width))
+                if size:
+                    batch.ref_logprobs = ref
             if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
-                batch.old_logprobs = per_row(lambda micro: self._logprobs(self.model, micro, width))
+                old = per_row(lambda micro: self._logprobs(self.model, micro, width))
+                if size:
+                    batch.old_logprobs = old
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         engine = deepspeed_engine(self)
         sums: dict[str, float] = {}

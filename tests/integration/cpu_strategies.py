@@ -22,6 +22,16 @@ import os
 import torch
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 
+#: Trainer settings of the multi-process test fits: no logger, bars, summary or validation
+QUIET_TRAINER = {
+    "accelerator": "cpu",
+    "logger": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+    "limit_val_batches": 0,
+}
+
 
 class CPUFSDP(FSDPStrategy):
     """Lightning's FSDP on CPU for tests (see the module docstring)."""

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
-
-from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
 
 from lit_rag.api import Reward
 from lit_rag.callbacks import KLMonitor

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from lightning.pytorch import Callback
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
+from cpu_strategies import CPUFSDP, QUIET_TRAINER  # CPU shim of Lightning's FSDPStrategy
 
 from lit_rag.api import Reward
 from lit_rag.data.datamodule import QADataModule
@@ -134,16 +134,11 @@ def main(out: Path, kind: str) -> None:
     strategy = CPUFSDP(process_group_backend="gloo", timeout=timedelta(seconds=60))
     trainer = L.Trainer(
         strategy=strategy,
-        accelerator="cpu",
         devices=2,
         max_steps=2,
         callbacks=[recorder],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
+        **QUIET_TRAINER,
     )
     trainer.fit(module, datamodule=data)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,8 @@ identical (the sum and norm of every checkpoint tensor, LoRA merged, gathered fr
 and the weights moved. The search-agent fits script each rank's episodes over the real vLLM
 (rank 0 answers at once, rank 1 searches three times), so the ranks take different numbers of
 turns; under tensor parallelism rank 0 then keeps stepping the shared vLLM until rank 1 is done.
+The refill fit shares one tensor-parallel vLLM between a rank whose groups never vary (DAPO's
+dynamic sampling draws more prompts for it) and a rank whose groups do (it joins the rounds).
 FSDP with CPU offload is not here: torch pins the offloaded shards' memory, which needs an
 accelerator ("Cannot access accelerator device when none is available"); scripts/gpu_smoke.sh
 runs it on a GPU.
@@ -34,6 +36,7 @@ require_package("deepspeed", "bash scripts/install.sh dev")
 SCRIPT = Path(__file__).with_name("vllm_ranks_fit.py")
 #: the kinds run here (vllm_ranks_fit.KINDS); "nodes" is DDP as two torchrun nodes
 KINDS = [
+    "refill-tp2",
     "nodes",
     "ddp-lora-adapter",
     "fsdp-lora",
@@ -141,7 +144,8 @@ def test_each_vllm_holds_the_policy_after_training(run):
         assert max(abs(a - b) for a, b in zip(engine, policy)) < 2e-3, (kind, engine, policy)
         for step in rank["steps"]:
             assert step["local"]["time/weight_sync_s"] > 0
-            if kind not in SCRIPTED:  # every sampled token scored alike by vLLM and the trainer
+            flat = kind == "refill-tp2" and rank["rank"] == 0  # no rows to train: nothing compared
+            if kind not in SCRIPTED and not flat:  # every sampled token scored alike by both
                 assert step["local"]["rollout/logprob_diff_max"] < 2e-3, (kind, step["local"])
 
 
@@ -160,7 +164,7 @@ def test_ranks_train_the_same_steps_on_different_prompts(run):
     assert [s["step"] for s in first["steps"]] == [s["step"] for s in second["steps"]]
     assert len(first["steps"]) in (2, 4)
     for a, b in zip(first["steps"], second["steps"]):
-        assert not set(a["examples"]) & set(b["examples"])  # prompts sharded across ranks
+        assert not set(a["batch"]) & set(b["batch"])  # prompts sharded across ranks
         assert a["logged"]["reward/total"] == pytest.approx(b["logged"]["reward/total"])  # the mean
         expected = (a["local"]["reward/total"] + b["local"]["reward/total"]) / 2
         assert a["logged"]["reward/total"] == pytest.approx(expected, rel=1e-5)
@@ -183,6 +187,21 @@ def test_ranks_with_different_turn_counts(run):
         # segment each), rank 1 searches three times, evaluating after each (seven segments)
         assert a["turns"] == [0] * 6 and b["turns"] == [3] * 6
         assert a["segments"] == 6 * step and b["segments"] == 42 * step
+
+
+def test_a_rank_whose_groups_are_flat_refills_while_the_other_joins_in(run):
+    """DAPO's dynamic sampling on two ranks sharing a tensor-parallel vLLM: rank 0's groups never
+    vary, so it draws 2 more prompts (G = 3 each) in each of its 2 refill rounds; rank 1's vary,
+    and it joins both rounds with empty rollouts (otherwise the shared vLLM would wait for it);
+    rank 0 then has nothing to train on and runs idle passes beside rank 1's update."""
+    kind, (first, second), _ = run
+    if kind != "refill-tp2":
+        pytest.skip("the refill runs on the tensor-parallel fit")
+    for a, b in zip(first["steps"], second["steps"]):
+        assert a["local"]["rollout/dynamic_sampling_rounds"] == 2.0
+        assert b["local"]["rollout/dynamic_sampling_rounds"] == 2.0  # rounds run on every rank
+        assert len(a["examples"]) == 6 + 2 * 2 * 3 and len(b["examples"]) == 6
+        assert a["local"]["reward/total"] == 0.0 and "train/loss" in b["local"]
 
 
 def test_resume_under_ddp_equals_the_uninterrupted_run(run, folder, tmp_path):

@@ -34,7 +34,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from cpu_strategies import CPUDeepSpeed, CPUFSDP  # noqa: E402
+from cpu_strategies import CPUFSDP, QUIET_TRAINER, CPUDeepSpeed  # noqa: E402
 from fsdp_multiturn_fit import scripted, two_passages_retriever  # noqa: E402
 from helpers import EvenTokenReward  # noqa: E402
 
@@ -64,8 +64,23 @@ KINDS = {
     "tp2": dict(strategy="ddp", tp=2),
     "search-tp2": dict(strategy="ddp", tp=2, search=True),
     "search-fsdp": dict(strategy="fsdp", search=True),
+    "refill-tp2": dict(strategy="ddp", tp=2, refill=True),
 }
 PROMPT = "Who founded the company that owns the harbour? [1] [2]"
+
+
+class FlatOnRankZero(EvenTokenReward):
+    """Rank 0's samples all score 0 (its groups carry no gradient: DAPO refills them, in vain),
+    rank 1's score their share of even tokens (they vary)."""
+
+    def __call__(self, trajectories):
+        import torch.distributed as dist
+
+        out = super().__call__(trajectories)
+        if dist.get_rank() == 0:
+            out.total.zero_()
+            out.components["even"].zero_()
+        return out
 
 
 class ScriptedVLLM(VLLMEngine):
@@ -132,6 +147,7 @@ class Recorder(Callback):
         self.rows.append(
             {
                 "step": trainer.global_step,
+                "batch": [example.id for example in batch],
                 "examples": [t.example.id for t in step.trajectories],
                 "texts": [t.text for t in step.trajectories],
                 "turns": [t.meta.get("turns", 0) for t in step.trajectories],
@@ -179,8 +195,12 @@ def main(args: argparse.Namespace) -> None:
     module = PolicyModule(
         policy=ModelConfig(path=args.model, lora=lora),
         environment=environment,
-        reward=EvenTokenReward(),
-        algorithm=GRPO(beta=0.1),
+        reward=FlatOnRankZero() if kind.get("refill") else EvenTokenReward(),
+        algorithm=GRPO(
+            beta=0.1,
+            drop_zero_variance_groups=kind.get("refill", False),
+            dynamic_sampling_rounds=2 if kind.get("refill") else 0,
+        ),
         engine=engine,
         group_size=3,
         sampling=SamplingParams(max_new_tokens=8, temperature=1.0),
@@ -200,17 +220,12 @@ def main(args: argparse.Namespace) -> None:
         )
     trainer = L.Trainer(
         strategy=strategy(kind),
-        accelerator="cpu",
         devices=1 if args.nodes else 2,
         num_nodes=2 if args.nodes else 1,
         max_steps=args.steps,
         callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
         enable_checkpointing=bool(args.every),
+        **QUIET_TRAINER,
     )
     trainer.fit(module, datamodule=data, ckpt_path=args.ckpt)
     engine_logprobs, policy_logprobs = engine_and_policy_logprobs(module)
