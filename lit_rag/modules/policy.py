@@ -23,7 +23,6 @@ from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
 from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
 from lit_rag.modules.strategies import (
-    clean_name,
     deepspeed_engine,
     forward_gathers,
     fsdp_wrap,
@@ -33,6 +32,7 @@ from lit_rag.modules.strategies import (
 )
 from lit_rag.reward import Reward
 from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
+from lit_rag.rollout.weights import strip_wrappers
 from lit_rag.step import StepOutput
 from lit_rag.text import PUNCTUATION_MODES
 from lit_rag.types import Example, RewardBreakdown, Trajectory
@@ -497,7 +497,7 @@ class PolicyModule(LightningModule):
             torch.distributed.all_gather_object(ranks, checkpoint["rng_states"])
             checkpoint["rng_states"]["ranks"] = ranks
         if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
-            trainable = {f"model.{clean_name(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
+            trainable = {f"model.{strip_wrappers(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
         if self._schedule is not None:  # LambdaLR's state has the step, not the plan its factor reads

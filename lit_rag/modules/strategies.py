@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import torch
 from lightning.pytorch import LightningModule
 
+from lit_rag.rollout.weights import is_zero3
+
 
 def deepspeed_engine(module: LightningModule):
     """The DeepSpeed engine when training under Lightning's DeepSpeed strategy, else None.
@@ -59,18 +61,13 @@ def forward_gathers(model: torch.nn.Module) -> bool:
     """Whether a forward pass gathers sharded weights from every rank (a collective): FSDP, or
     DeepSpeed ZeRO-3's partitioned parameters (gathered module by module in its hooks, so the
     output head cannot be called outside the model's forward either)."""
-    return is_sharded(model) or any(hasattr(p, "ds_id") for p in model.parameters())
+    return is_sharded(model) or is_zero3(model)
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     return isinstance(model, FullyShardedDataParallel)
-
-
-def clean_name(name: str) -> str:
-    """A parameter name without FSDP's wrapper segments (as in its full state dict)."""
-    return name.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "")
 
 
 def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:

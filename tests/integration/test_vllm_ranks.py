@@ -128,15 +128,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def run(request, folder, tmp_path_factory):
-    out = tmp_path_factory.mktemp(request.param) / "out"
-    extra = ("--steps", "4", "--every", "2") if request.param == "ddp-lora-adapter" else ()
-    return request.param, fit(out, request.param, folder, *extra), out
+class Fits:
+    """Each kind's fit, run once on first use and kept for the module's tests (every test is
+    parametrized over the kinds it applies to, so no test skips)."""
+
+    def __init__(self, folder: str, tmp_path_factory) -> None:
+        self.folder, self.factory, self.done = folder, tmp_path_factory, {}
+
+    def __call__(self, kind: str) -> tuple[list[dict], Path]:
+        if kind not in self.done:
+            out = self.factory.mktemp(kind) / "out"
+            extra = ("--steps", "4", "--every", "2") if kind == "ddp-lora-adapter" else ()
+            self.done[kind] = fit(out, kind, self.folder, *extra), out
+        return self.done[kind]
 
 
-def test_each_vllm_holds_the_policy_after_training(run):
-    kind, ranks, _ = run
+@pytest.fixture(scope="module")
+def fits(folder, tmp_path_factory) -> Fits:
+    return Fits(folder, tmp_path_factory)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_vllm_holds_the_policy_after_training(fits, kind):
+    ranks, _ = fits(kind)
     for rank in ranks:
         engine, policy = rank["engine_logprobs"], rank["policy_logprobs"]
         assert len(engine) == len(policy) > 0
@@ -144,13 +158,21 @@ def test_each_vllm_holds_the_policy_after_training(run):
         assert max(abs(a - b) for a, b in zip(engine, policy)) < 2e-3, (kind, engine, policy)
         for step in rank["steps"]:
             assert step["local"]["time/weight_sync_s"] > 0
-            flat = kind == "refill-tp2" and rank["rank"] == 0  # no rows to train: nothing compared
-            if kind not in SCRIPTED and not flat:  # every sampled token scored alike by both
-                assert step["local"]["rollout/logprob_diff_max"] < 2e-3, (kind, step["local"])
 
 
-def test_the_ranks_policies_are_identical_and_moved(run):
-    kind, (first, second), _ = run
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - SCRIPTED))
+def test_every_sampled_token_is_scored_alike_by_vllm_and_the_trainer(fits, kind):
+    ranks, _ = fits(kind)
+    for rank in ranks:
+        if kind == "refill-tp2" and rank["rank"] == 0:
+            continue  # this rank's groups never vary: no rows to train, nothing compared
+        for step in rank["steps"]:
+            assert step["local"]["rollout/logprob_diff_max"] < 2e-3, (kind, step["local"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_ranks_policies_are_identical_and_moved(fits, kind):
+    (first, second), _ = fits(kind)
     assert first["end"] == second["end"]  # DDP / FSDP / ZeRO keep the replicas equal
     assert first["start"] == second["start"]
     moved = [name for name in first["end"] if first["end"][name] != first["start"][name]]
@@ -159,8 +181,9 @@ def test_the_ranks_policies_are_identical_and_moved(run):
         assert any("proj" in name for name in moved) and "model.norm.weight" not in moved
 
 
-def test_ranks_train_the_same_steps_on_different_prompts(run):
-    _, (first, second), _ = run
+@pytest.mark.parametrize("kind", KINDS)
+def test_ranks_train_the_same_steps_on_different_prompts(fits, kind):
+    (first, second), _ = fits(kind)
     assert [s["step"] for s in first["steps"]] == [s["step"] for s in second["steps"]]
     assert len(first["steps"]) in (2, 4)
     for a, b in zip(first["steps"], second["steps"]):
@@ -170,33 +193,31 @@ def test_ranks_train_the_same_steps_on_different_prompts(run):
         assert a["logged"]["reward/total"] == pytest.approx(expected, rel=1e-5)
 
 
-def test_seeds_per_rank_and_per_tensor_parallel_group(run):
-    kind, (first, second), _ = run
+@pytest.mark.parametrize("kind", KINDS)
+def test_seeds_per_rank_and_per_tensor_parallel_group(fits, kind):
+    (first, second), _ = fits(kind)
     if kind.endswith("tp2"):  # one group of two ranks: one seed, one stream of requests
         assert first["seed"] == second["seed"]
     else:
         assert second["seed"] == first["seed"] + 1
 
 
-def test_ranks_with_different_turn_counts(run):
-    kind, (first, second), _ = run
-    if kind not in SCRIPTED:
-        pytest.skip("single-turn fit")
+@pytest.mark.parametrize("kind", sorted(SCRIPTED))
+def test_ranks_with_different_turn_counts(fits, kind):
+    (first, second), _ = fits(kind)
     for step, (a, b) in enumerate(zip(first["steps"], second["steps"]), start=1):
-        # G = 3 episodes of one prompt... two prompts per rank: rank 0 answers at once (one
-        # segment each), rank 1 searches three times, evaluating after each (seven segments)
+        # two prompts x G = 3 episodes per rank: rank 0 answers at once (one segment each),
+        # rank 1 searches three times, evaluating after each, then answers (seven segments)
         assert a["turns"] == [0] * 6 and b["turns"] == [3] * 6
         assert a["segments"] == 6 * step and b["segments"] == 42 * step
 
 
-def test_a_rank_whose_groups_are_flat_refills_while_the_other_joins_in(run):
+def test_a_rank_whose_groups_are_flat_refills_while_the_other_joins_in(fits):
     """DAPO's dynamic sampling on two ranks sharing a tensor-parallel vLLM: rank 0's groups never
     vary, so it draws 2 more prompts (G = 3 each) in each of its 2 refill rounds; rank 1's vary,
     and it joins both rounds with empty rollouts (otherwise the shared vLLM would wait for it);
     rank 0 then has nothing to train on and runs idle passes beside rank 1's update."""
-    kind, (first, second), _ = run
-    if kind != "refill-tp2":
-        pytest.skip("the refill runs on the tensor-parallel fit")
+    (first, second), _ = fits("refill-tp2")
     for a, b in zip(first["steps"], second["steps"]):
         assert a["local"]["rollout/dynamic_sampling_rounds"] == 2.0
         assert b["local"]["rollout/dynamic_sampling_rounds"] == 2.0  # rounds run on every rank
@@ -204,12 +225,10 @@ def test_a_rank_whose_groups_are_flat_refills_while_the_other_joins_in(run):
         assert a["local"]["reward/total"] == 0.0 and "train/loss" in b["local"]
 
 
-def test_resume_under_ddp_equals_the_uninterrupted_run(run, folder, tmp_path):
-    kind, full, out = run
-    if kind != "ddp-lora-adapter":
-        pytest.skip("the resume runs on the DDP LoRA-adapter fit")
+def test_resume_under_ddp_equals_the_uninterrupted_run(fits, folder, tmp_path):
+    full, out = fits("ddp-lora-adapter")  # 4 steps, a checkpoint every 2
     ckpt = out / "checkpoints" / "epoch=0-step=2.ckpt"
-    resumed = fit(tmp_path / "out", kind, folder, "--steps", "4", "--ckpt", str(ckpt))
+    resumed = fit(tmp_path / "out", "ddp-lora-adapter", folder, "--steps", "4", "--ckpt", str(ckpt))
     for whole, again in zip(full, resumed):
         assert [s["step"] for s in again["steps"]] == [3, 4]
         for a, b in zip(whole["steps"][2:], again["steps"]):
