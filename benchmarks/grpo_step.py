@@ -29,12 +29,26 @@ Shared by all runs:
   tokens, beta with a frozen reference model, k3 KL, eps 0.2, mu = num_iterations = 1,
   per-sequence loss averaging (TRL ``loss_type="grpo"``), group-std reward scaling,
   AdamW lr 1e-6 betas (0.9, 0.999) wd 0, constant schedule, grad-norm clip 1.0, fp32 weights.
-  Memory strategies differ: lit-rag accumulates micro-batches (``--micro-batch``) with full
-  activations; TRL does one fwd+bwd over the batch with gradient checkpointing (its default).
+  Memory strategies differ: lit-rag accumulates micro-batches of at most
+  ``--micro-batch-tokens`` packed token positions with full activations; TRL does one fwd+bwd
+  over the batch with gradient checkpointing (its default).
+
+lit-rag runs twice per engine (``--share-prefix both``, the default): with a group's prompt
+computed once in the update (``share_prefix: true``, the module's default, row "lit-rag
+(vllm)") and once per row (``--model.share_prefix=false``, row "lit-rag (vllm, unshared)");
+a line compares their update times. "tokens trained" is the token positions that went through
+forward and backward in a step (lit-rag's ``tokens/trained``: packed, a shared prompt once;
+TRL: every row's prompt + completion); "KiB / trained token" is the peak RSS delta over it.
 
 Run (the issue's setting; takes several minutes):
 
-    python benchmarks/grpo_step.py --prompts 8 --samples 4 --new-tokens 64 --engine hf,vllm
+    python benchmarks/grpo_step.py --prompts 8 --samples 4 --new-tokens 64 --engine vllm
+
+A paper-shaped workload (ARENA: real HotpotQA paragraphs, prompts of ~2,000 tokens, G = 7,
+256 new tokens), lit-rag shared against unshared:
+
+    python benchmarks/grpo_step.py --data ../shared/data/hotpotqa_train100.json \
+        --min-prompt-tokens 1800 --prompts 2 --samples 7 --new-tokens 256 --only lit-rag
 
 Smoke test on a tiny random model (saved as a Hugging Face folder in a temp dir, as vLLM loads
 weights from disk; hidden size 64 with 2 heads: vLLM's CPU attention has no head size 16):
@@ -75,8 +89,9 @@ ENGINES = ("hf", "vllm")
 # the quickstarts' engine
 VLLM_ENGINE = {"class_path": "vllm", "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 1}}
 TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
-# child id -> row label; a child id is "<framework>:<generation>"
+# child id -> row label; a child id is "<framework>:<generation>[:unshared]"
 LABELS = {"lit-rag:hf": "lit-rag (hf)", "lit-rag:vllm": "lit-rag (vllm)",
+          "lit-rag:hf:unshared": "lit-rag (hf, unshared)", "lit-rag:vllm:unshared": "lit-rag (vllm, unshared)",
           "trl:vllm": "TRL (vLLM colocate, bf16)", "trl:hf": "TRL (bf16)"}
 TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = 0.9, 1.0, 1e-6, (0.9, 0.999), 0.2, 1.0, 0
 
@@ -98,18 +113,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="auto: TRL with vLLM colocate, without vLLM if that fails; off: TRL without vLLM")
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
-    p.add_argument("--micro-batch", type=int, default=4, help="lit-rag sequences per fwd+bwd (gradient accumulation)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="lit-rag: most rows per fwd+bwd (default: none, the token budget alone)")
+    p.add_argument("--micro-batch-tokens", type=int, default=4096,
+                   help="lit-rag: most packed token positions per fwd+bwd (the module's default)")
+    p.add_argument("--share-prefix", choices=("on", "off", "both"), default="both",
+                   help="lit-rag: a group's prompt computed once in the update (on), per row (off), or a run of each")
+    p.add_argument("--data", default="synthetic",
+                   help="training examples: 'synthetic' (the bundled world) or a dataset file (e.g. HotpotQA)")
+    p.add_argument("--min-prompt-tokens", type=int, default=0,
+                   help="keep only the examples whose prompt has at least this many tokens (file order)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", choices=tuple(LABELS), help=argparse.SUPPRESS)
     p.add_argument("--_result", help=argparse.SUPPRESS)
     p.add_argument("--_tiny-dir", dest="_tiny_dir", help=argparse.SUPPRESS)
+    p.add_argument("--_data-file", dest="_data_file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for key in ("prompts", "samples", "new_tokens", "steps", "threads"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
+    if args.warmup < 0 or args.min_prompt_tokens < 0:
+        p.error("--warmup and --min-prompt-tokens must be >= 0")
+    if (args.micro_batch is not None and args.micro_batch < 1) or args.micro_batch_tokens < 1:
+        p.error("--micro-batch and --micro-batch-tokens must be >= 1")
     if args.samples < 2:
         p.error("--samples must be >= 2 (TRL's GRPO needs at least 2 generations per prompt)")
     args.engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",")))
@@ -164,12 +191,36 @@ def save_tiny(folder: str) -> str:
     return folder
 
 
+def _train_source(args: argparse.Namespace) -> str:
+    """What every child trains on: ``synthetic``, or the examples file the parent wrote."""
+    return args._data_file or args.data
+
+
 def _examples(args: argparse.Namespace):
-    """The first prompts x (warmup + steps) synthetic training examples, in file order."""
+    """The first prompts x (warmup + steps) training examples, in file order."""
     from lit_rag.data.datamodule import QADataModule
 
-    data = QADataModule(train="synthetic", val=None, num_train=_num_examples(args), shuffle=False)
+    data = QADataModule(train=_train_source(args), val=None, num_train=_num_examples(args), shuffle=False)
     return data.train_examples()
+
+
+def write_examples(args: argparse.Namespace, folder: str) -> str:
+    """The first prompts x (warmup + steps) examples of ``--data`` whose single-turn prompt has at
+    least ``--min-prompt-tokens`` tokens, in lit-rag's JSONL format (every child reads this file)."""
+    from lit_rag.data.datamodule import QADataModule
+    from lit_rag.data.readers import write_litrag
+    from lit_rag.modules.loading import ModelConfig, load_tokenizer
+    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+
+    tokenizer = load_tokenizer(ModelConfig(path=_model_path(args)))
+    environment = SingleTurnEnvironment()
+    examples = QADataModule(train=args.data, val=None, shuffle=False).train_examples()
+    kept = [e for e in examples if len(tokenizer(environment.build_prompt(e, tokenizer), add_special_tokens=False)
+                                       ["input_ids"]) >= args.min_prompt_tokens]
+    if len(kept) < _num_examples(args):
+        raise SystemExit(f"grpo_step: error: {args.data} has {len(kept)} examples with prompts of at least "
+                         f"{args.min_prompt_tokens} tokens; {_num_examples(args)} needed (--prompts x steps)")
+    return str(write_litrag(kept[: _num_examples(args)], Path(folder) / "examples.jsonl"))
 
 
 def _summary(step_s: list[float], parts: list[tuple[float, float]], tokens: list[int], baseline: float,
@@ -182,7 +233,7 @@ def _summary(step_s: list[float], parts: list[tuple[float, float]], tokens: list
 # ---------------------------------------------------------------------------------------------
 # lit-rag child: the CLI's own objects (build_cli(run=False)), then trainer.fit
 # ---------------------------------------------------------------------------------------------
-def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str) -> dict:
+def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str, share_prefix: bool = True) -> dict:
     """The recipe a user would write for this benchmark."""
     return {
         "seed_everything": SEED,
@@ -207,11 +258,13 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str) -> dict
             },
             "group_size": args.samples,
             "micro_batch_size": args.micro_batch,
+            "micro_batch_tokens": args.micro_batch_tokens,
+            "share_prefix": share_prefix,
             "lr": LR, "betas": list(BETAS), "weight_decay": 0.0, "lr_schedule": "constant",
             "max_grad_norm": MAX_GRAD_NORM,
             "sampling": {"max_new_tokens": args.new_tokens, "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0},
         },
-        "data": {"train": "synthetic", "val": None, "num_train": _num_examples(args), "batch_size": args.prompts,
+        "data": {"train": _train_source(args), "val": None, "num_train": _num_examples(args), "batch_size": args.prompts,
                  "shuffle": False},
     }
 
@@ -229,6 +282,7 @@ def _lit_rag_timer():
             self.step_s: list[float] = []
             self.parts: list[tuple[float, float]] = []
             self.tokens: list[int] = []
+            self.trained: list[float] = []
             self.baseline = 0.0
             self.threads = 0
             self.prompt_tokens = 0.0
@@ -248,6 +302,7 @@ def _lit_rag_timer():
             step = StepOutput.of(outputs)
             m = step.metrics
             self.parts.append((float(m["time/rollout_s"]), float(m["time/update_s"])))
+            self.trained.append(float(m.get("tokens/trained", 0.0)))
             trajectories = step.trajectories
             self.tokens.append(int(sum(t.num_generated for t in trajectories)))
             self.prompt_tokens += sum(t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size])
@@ -255,7 +310,7 @@ def _lit_rag_timer():
     return Timer()
 
 
-def run_lit_rag(args: argparse.Namespace, engine: str) -> dict:
+def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True) -> dict:
     import torch
     import yaml
 
@@ -265,7 +320,7 @@ def run_lit_rag(args: argparse.Namespace, engine: str) -> dict:
     started = time.perf_counter()
     tmp = tempfile.TemporaryDirectory()
     recipe = Path(tmp.name) / "grpo_step.yaml"
-    recipe.write_text(yaml.safe_dump(lit_rag_recipe(args, tmp.name, engine), sort_keys=False))
+    recipe.write_text(yaml.safe_dump(lit_rag_recipe(args, tmp.name, engine, share_prefix), sort_keys=False))
     cli = build_cli(["--config", str(recipe)], run=False)
     timer = _lit_rag_timer()
     cli.trainer.callbacks.append(timer)
@@ -277,7 +332,7 @@ def run_lit_rag(args: argparse.Namespace, engine: str) -> dict:
     return _summary(
         timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], timer.baseline,
         fit_s=done - fit_started, total_s=done - started, threads=timer.threads,
-        mean_prompt_tokens=timer.prompt_tokens / _num_examples(args),
+        mean_prompt_tokens=timer.prompt_tokens / _num_examples(args), trained_tokens=timer.trained[skip:],
     )
 
 
@@ -321,7 +376,7 @@ def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
     )
 
 
-def _trl_timer(rollout_s: list[float], tokens_per_call: list[int]):
+def _trl_timer(rollout_s: list[float], tokens_per_call: list[int], trained_per_call: list[int]):
     """A transformers callback timing each step; ``rollout_s`` / ``tokens_per_call`` are filled
     during the step by the wrapped rollout and the reward function."""
     from transformers import TrainerCallback
@@ -331,17 +386,20 @@ def _trl_timer(rollout_s: list[float], tokens_per_call: list[int]):
             self.step_s: list[float] = []
             self.parts: list[tuple[float, float]] = []
             self.tokens: list[int] = []
+            self.trained: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._t0 = time.perf_counter()
             rollout_s.clear()
             tokens_per_call.clear()
+            trained_per_call.clear()
 
         def on_step_end(self, args, state, control, **kwargs):
             step = time.perf_counter() - self._t0
             self.step_s.append(step)
             self.parts.append((sum(rollout_s), step - sum(rollout_s)))
             self.tokens.append(sum(tokens_per_call))
+            self.trained.append(float(sum(trained_per_call)))
 
     return Timer()
 
@@ -385,9 +443,12 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
     arena = ArenaReward()
     rollout_s: list[float] = []
     tokens_per_call: list[int] = []
+    trained_per_call: list[int] = []  # prompt + completion tokens: TRL runs each row whole
+    prompt_lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
 
     def arena_reward(prompts, completions, completion_ids, example_index, **kwargs) -> list[float]:
         tokens_per_call.append(sum(len(ids) for ids in completion_ids))
+        trained_per_call.append(sum(len(ids) + prompt_lengths[i] for ids, i in zip(completion_ids, example_index)))
         totals = []
         for text, index in zip(completions, example_index):
             score = arena.score(text, examples[index])
@@ -395,7 +456,7 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
         return totals
 
     tmp = tempfile.TemporaryDirectory()
-    timer = _trl_timer(rollout_s, tokens_per_call)
+    timer = _trl_timer(rollout_s, tokens_per_call, trained_per_call)
     trainer = GRPOTrainer(model=model_path, reward_funcs=arena_reward, train_dataset=dataset,
                           args=trl_config(args, str(Path(tmp.name) / "out"), use_vllm),
                           processing_class=tokenizer, callbacks=[timer])
@@ -413,6 +474,7 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
         timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], baseline, fit_s=done - fit_started,
         total_s=done - started, threads=torch.get_num_threads(),
         mean_prompt_tokens=sum(as_trl) / len(as_trl), extra_prompt_tokens=sum(as_trl) - sum(as_lit_rag),
+        trained_tokens=timer.trained[skip:],
     )
 
 
@@ -431,11 +493,11 @@ def _allow_amx() -> None:
 
 
 def child_main(args: argparse.Namespace) -> None:
-    framework, generation = args._child.split(":")
+    framework, generation, *variant = args._child.split(":")
     _allow_amx()  # every child alike
     try:
         if framework == "lit-rag":
-            result = run_lit_rag(args, generation)
+            result = run_lit_rag(args, generation, share_prefix="unshared" not in variant)
         else:
             result = run_trl(args, use_vllm=generation == "vllm")
     except BaseException as exc:  # reported to the parent, then re-raised
@@ -477,8 +539,11 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, dict],
     """Every child's result by row label, and why TRL's vLLM colocate run failed (or None)."""
     results: dict[str, dict] = {}
     if args.only in ("lit-rag", "both"):
+        variants = {"on": [""], "off": [":unshared"], "both": [":unshared", ""]}[args.share_prefix]
         for engine in args.engines:
-            results[LABELS[f"lit-rag:{engine}"]] = spawn(f"lit-rag:{engine}", argv, args.verbose, args.threads)
+            for variant in variants:
+                child = f"lit-rag:{engine}{variant}"
+                results[LABELS[child]] = spawn(child, argv, args.verbose, args.threads)
     vllm_error = None
     if args.only in ("trl", "both"):
         if args.trl_vllm == "auto":
@@ -510,17 +575,20 @@ def _mean(values: list[float]) -> float:
 
 
 def _print_table(results: dict[str, dict]) -> None:
-    header = ("framework", "step wall time (s)", "rollout + update (s)", "tokens generated", "peak RSS (MiB)",
-              "RSS delta (MiB)", "total incl. load (s)")
+    header = ("framework", "step wall time (s)", "rollout + update (s)", "tokens generated", "tokens trained",
+              "peak RSS (MiB)", "RSS delta (MiB)", "KiB / trained token", "total incl. load (s)")
     rows = []
     for name, r in results.items():
         if not r.get("ok"):
-            rows.append((name, "FAILED", "-", "-", "-", "-", "-"))
+            rows.append((name, "FAILED", "-", "-", "-", "-", "-", "-", "-"))
             continue
         parts = r["rollout_update_s"]
         split = f"{_mean([p[0] for p in parts]):.2f} + {_mean([p[1] for p in parts]):.2f}"
+        trained = _mean(r.get("trained_tokens") or [0.0])
+        per_token = f"{1024 * r['delta_rss_mib'] / trained:.1f}" if trained else "-"
         rows.append((name, f"{_mean(r['step_s']):.2f}", split, f"{_mean(r['tokens']):.0f}",
-                     f"{r['peak_rss_mib']:.0f}", f"{r['delta_rss_mib']:.0f}", f"{r['total_s']:.1f}"))
+                     f"{trained:.0f}" if trained else "-", f"{r['peak_rss_mib']:.0f}",
+                     f"{r['delta_rss_mib']:.0f}", per_token, f"{r['total_s']:.1f}"))
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, *rows]:
@@ -542,6 +610,20 @@ def _print_details(results: dict[str, dict]) -> None:
         print(line)
 
 
+def _print_sharing(results: dict[str, dict]) -> None:
+    """The update with a group's prompt computed once against once per row, per engine."""
+    for engine in ENGINES:
+        shared, unshared = results.get(LABELS[f"lit-rag:{engine}"]), results.get(LABELS[f"lit-rag:{engine}:unshared"])
+        if not (shared and unshared and shared.get("ok") and unshared.get("ok")):
+            continue
+        t_shared = _mean([p[1] for p in shared["rollout_update_s"]])
+        t_unshared = _mean([p[1] for p in unshared["rollout_update_s"]])
+        print(f"lit-rag ({engine}) update shared / unshared prompt: {t_shared:.2f} s vs {t_unshared:.2f} s, "
+              f"{t_unshared / t_shared:.2f}x faster shared; tokens trained {_mean(shared['trained_tokens']):.0f} vs "
+              f"{_mean(unshared['trained_tokens']):.0f}; peak RSS {shared['peak_rss_mib']:.0f} vs "
+              f"{unshared['peak_rss_mib']:.0f} MiB")
+
+
 def _print_ratios(results: dict[str, dict]) -> None:
     trl_name = next((n for n in results if n.startswith("TRL") and results[n].get("ok")), None)
     if trl_name is None:
@@ -551,7 +633,8 @@ def _print_ratios(results: dict[str, dict]) -> None:
     print()
     print(f"TRL best = {trl_name}; speed-up = TRL step / lit-rag step (>1: lit-rag is faster); "
           "memory = lit-rag / TRL peak RSS")
-    for name, lit in results.items():
+    # the shared-prefix vllm row last: the line a reader (and the README) quotes
+    for name, lit in sorted(results.items(), key=lambda item: item[0] == LABELS["lit-rag:vllm"]):
         if name.startswith("lit-rag") and lit.get("ok"):
             t_lit = _mean(lit["step_s"])
             line = (f"{name} / TRL best speed-up: {t_trl / t_lit:.2f}x; "
@@ -570,14 +653,17 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     print(f"versions: python {sys.version.split()[0]}, {_versions()}")
     print(f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
           f"beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), {args.threads} thread(s)")
-    print(f"lit-rag: precision {args.precision}, micro-batches of {args.micro_batch} sequences with accumulation, "
-          f"vllm engine {json.dumps(VLLM_ENGINE['init_args'])}")
+    rows = f", at most {args.micro_batch} rows" if args.micro_batch else ""
+    print(f"data: {args.data}" + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else ""))
+    print(f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} "
+          f"with accumulation, vllm engine {json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false")
     if args.only != "lit-rag":
         print(f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
               + (f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}" if trl_vllm_error else
                  "not tried (--trl-vllm off)" if args.trl_vllm == "off" else "ran"))
     _print_table(results)
     _print_details(results)
+    _print_sharing(results)
     _print_ratios(results)
 
 
@@ -592,6 +678,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="grpo_step_tiny_") as tiny_dir:
         if args.tiny:  # the vLLM runs and TRL load weights from a folder: save the tiny model once
             raw += ["--_tiny-dir", save_tiny(tiny_dir)]
+            args._tiny_dir = raw[-1]
+        if args.data != "synthetic" or args.min_prompt_tokens:  # one examples file for every child
+            raw += ["--_data-file", write_examples(args, tiny_dir)]
         results, trl_vllm_error = run_all(args, raw)
     report(args, results, trl_vllm_error)
     if not all(r.get("ok") for r in results.values()):

@@ -10,6 +10,10 @@ together; the built-in plugins (algorithms, rewards, environments) import only t
   :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds),
   :class:`Retriever`, :class:`RolloutEngine`; :class:`Placement` tells an algorithm or an
   engine which rank of how many it serves.
+- The episode loop of multi-turn environments: :class:`Episode` (one trajectory being rolled
+  out, with its state), :class:`EpisodeLoop` (one handler per state; segments through the
+  engine's ``submit`` / ``collect``), the requests a handler returns (:class:`Generate`,
+  :class:`Search`; ``Request``), :class:`Turn`, :func:`start_episodes`.
 - Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
   :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
 - Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
@@ -59,6 +63,15 @@ from lit_rag.environment import (
     RetrievalEnvironment,
     chat_prompt,
     encode_prompts,
+)
+from lit_rag.episodes import (
+    Episode,
+    EpisodeLoop,
+    Generate,
+    Request,
+    Search,
+    Turn,
+    start_episodes,
 )
 from lit_rag.errors import InputError
 from lit_rag.kl import ESTIMATORS as KL_ESTIMATORS
@@ -139,8 +152,11 @@ __all__ = [
     "AdvantageFn",
     "Algorithm",
     "Environment",
+    "Episode",
+    "EpisodeLoop",
     "Example",
     "FunctionReward",
+    "Generate",
     "Generation",
     "Hit",
     "InputError",
@@ -152,17 +168,20 @@ __all__ = [
     "PolicyLossFn",
     "Prepared",
     "Prompts",
+    "Request",
     "RetrievalEnvironment",
     "Retriever",
     "Reward",
     "RewardBreakdown",
     "RolloutEngine",
     "SamplingParams",
+    "Search",
     "Step",
     "StepOutput",
     "TokenLoss",
     "TrainBatch",
     "Trajectory",
+    "Turn",
     "advantage_estimator",
     "average_precision",
     "chat_prompt",
@@ -186,5 +205,6 @@ __all__ = [
     "register_policy_loss",
     "register_reward",
     "resolve_path",
+    "start_episodes",
     "tag_blocks",
 ]

@@ -400,5 +400,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
 
+def entry() -> None:
+    """The ``lit-rag`` console command: :func:`main`, trainer commands under tcmalloc
+    (:mod:`lit_rag.preload`)."""
+    from lit_rag.preload import reexec_with_tcmalloc
+
+    reexec_with_tcmalloc()
+    main()
+
+
 if __name__ == "__main__":
     main()

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from lit_rag.modules.packing import Packed, model_mask
+
 
 def _base_model(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model under a peft wrapper (LoRA layers are injected in place)."""
@@ -78,6 +80,55 @@ def completion_logprobs(
         else:
             out.append(_chunk_logprobs(head, hc, tc, temperature, softcap))
     return torch.cat(out).view(batch, completion_length)
+
+
+def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   softcap: float | None, chunk_tokens: int) -> torch.Tensor:
+    """``[n]`` log-probs of ``targets`` from ``[n, H]`` hidden states, the head applied a chunk of
+    rows at a time (checkpointed under autograd: the backward recomputes a chunk's logits)."""
+    out = []
+    for i in range(0, hidden.shape[0], chunk_tokens):
+        hc, tc = hidden[i : i + chunk_tokens], targets[i : i + chunk_tokens]
+        if torch.is_grad_enabled() and hc.requires_grad:
+            out.append(checkpoint(_chunk_logprobs, head, hc, tc, temperature, softcap, use_reentrant=False))
+        else:
+            out.append(_chunk_logprobs(head, hc, tc, temperature, softcap))
+    return torch.cat(out) if out else hidden.new_zeros(0)
+
+
+def packed_logprobs(
+    model: torch.nn.Module, packed: Packed, temperature: float = 1.0, chunk_tokens: int = 512,
+    through_forward: bool = False,
+) -> torch.Tensor:
+    """``[rows, width]`` log-probs of the completion tokens of a packed micro-batch
+    (:func:`lit_rag.modules.packing.pack`; 0 where a row has no token).
+
+    The decoder runs once over the packed sequences and the output head only at the positions
+    that predict a completion token, in chunks (see :func:`completion_logprobs`).
+    ``through_forward``: call the model's own forward instead (FSDP, ZeRO-3: see
+    :func:`root_forward_logprobs`), keeping the logits of the predicting positions only.
+    """
+    base = _base_model(model)
+    mask = model_mask(packed.attention_mask, getattr(base.config, "_attn_implementation", None))
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    rows, positions = packed.sources[:, 0], packed.sources[:, 1]
+    if through_forward:
+        keep = torch.unique(positions)  # sorted
+        logits = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                       use_cache=False, logits_to_keep=keep).logits  # [R, K, V]
+        # (the model's forward applies its own logit soft-capping)
+        picked_logits = logits[rows, torch.searchsorted(keep, positions.contiguous())].float()  # [T, V]
+        if temperature != 1.0:
+            picked_logits = picked_logits / temperature
+        values = picked_logits.gather(-1, packed.targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(picked_logits, -1)
+    else:
+        hidden = base.get_decoder()(
+            input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False,
+        ).last_hidden_state  # [R, L, H]
+        values = _head_logprobs(base.get_output_embeddings(), hidden[rows, positions], packed.targets,
+                                temperature, softcap, chunk_tokens)
+    out = torch.zeros(packed.rows * packed.width, dtype=values.dtype, device=values.device)
+    return out.index_copy(0, packed.slots, values).view(packed.rows, packed.width)
 
 
 def root_forward_logprobs(

@@ -7,6 +7,7 @@ algorithm and rollout engine are plugins chosen in the recipe.
 from __future__ import annotations
 
 import copy
+import os
 import random
 import time
 from dataclasses import asdict
@@ -20,7 +21,8 @@ from lit_rag.environment import Environment
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.models import has_adapters
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
-from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs
+from lit_rag.modules.logprobs import packed_logprobs
+from lit_rag.modules.packing import Packed, pack, plan_micro_batches, split_rows
 from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
 from lit_rag.modules.strategies import (
     deepspeed_engine,
@@ -52,7 +54,15 @@ class PolicyModule(LightningModule):
         group_size: Samples per prompt (GRPO's G).
         sampling: Sampling settings for training rollouts.
         val_sampling: Sampling settings for validation (default: greedy, same budget).
-        micro_batch_size: Sequences per forward/backward pass (gradient accumulation).
+        micro_batch_size: Most rows per forward/backward pass (gradient accumulation);
+            ``None``: only ``micro_batch_tokens`` bounds a micro-batch.
+        micro_batch_tokens: Most token positions per forward/backward pass, counted as packed
+            (a shared prompt once) with padding: what bounds the update's activation memory
+            (about 1.4 MiB per token for a 135M model under bf16 autocast); a single row
+            longer than this runs alone.
+        share_prefix: Rows of a micro-batch with the same prompt (a GRPO group) run it once
+            (:mod:`lit_rag.modules.packing`); exact, so on by default. ``false``: every row
+            computes its own prompt.
         lr: Peak learning rate (AdamW).
         weight_decay: AdamW weight decay.
         betas: AdamW betas.
@@ -74,7 +84,9 @@ class PolicyModule(LightningModule):
         group_size: int = 4,
         sampling: SamplingParams | None = None,
         val_sampling: SamplingParams | None = None,
-        micro_batch_size: int = 8,
+        micro_batch_size: int | None = None,
+        micro_batch_tokens: int | None = 4096,
+        share_prefix: bool = True,
         lr: float = 1e-6,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.99),
@@ -85,10 +97,12 @@ class PolicyModule(LightningModule):
         answer_punctuation: str = "delete",
     ) -> None:
         super().__init__()
-        if group_size < 1 or micro_batch_size < 1:
+        if group_size < 1 or (micro_batch_size is not None and micro_batch_size < 1):
             raise ValueError(
                 f"model group_size and micro_batch_size must be >= 1, got {group_size}, {micro_batch_size}"
             )
+        if micro_batch_tokens is not None and micro_batch_tokens < 1:
+            raise ValueError(f"model micro_batch_tokens must be >= 1 or null (rows only), got {micro_batch_tokens}")
         if lr < 0 or weight_decay < 0 or warmup_steps < 0:
             raise ValueError(f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}")
         if max_grad_norm is not None and max_grad_norm <= 0:
@@ -113,6 +127,8 @@ class PolicyModule(LightningModule):
             max_new_tokens=self.sampling.max_new_tokens, temperature=0.0, stop=self.sampling.stop
         )
         self.micro_batch_size = micro_batch_size
+        self.micro_batch_tokens = micro_batch_tokens
+        self.share_prefix = share_prefix
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
         self.warmup_steps, self.lr_schedule, self.max_grad_norm = warmup_steps, lr_schedule, max_grad_norm
         self.logprob_chunk_tokens = logprob_chunk_tokens
@@ -163,26 +179,19 @@ class PolicyModule(LightningModule):
         return self._logprobs(reference, batch, width)
 
     def _logprobs(self, model: torch.nn.Module, batch: TrainBatch, width: int) -> torch.Tensor:
-        """``[b, width]`` log-probs of the completion tokens of a micro-batch.
+        """``[b, width]`` log-probs of the completion tokens of a micro-batch."""
+        return self._packed_logprobs(model, self._pack(batch, width))
 
-        The batch is padded to the longest prompt and completion of the whole rollout; the
-        columns that are padding in every row of this micro-batch are cut off before the
-        forward pass (multi-turn completions vary a lot in length) and the result is padded
-        back with zeros (outside the loss mask).
-        """
+    def _pack(self, batch: TrainBatch, width: int) -> Packed:
+        """A micro-batch as packed sequences: rows with one prompt share it (``share_prefix``),
+        and no row is padded to the rollout's longest prompt or completion."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer is not None and self.tokenizer.pad_token_id is not None else 0
+        return pack(batch.input_ids, batch.attention_mask, width, share=self.share_prefix, pad_id=pad)
+
+    def _packed_logprobs(self, model: torch.nn.Module, packed: Packed) -> torch.Tensor:
         temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-        input_ids, attention = batch.input_ids, batch.attention_mask
-        prompt_width = input_ids.shape[1] - width
-        start = prompt_width - int(attention[:, :prompt_width].sum(-1).max())
-        used = max(1, int(attention[:, prompt_width:].sum(-1).max()))
-        ids = input_ids[:, start : prompt_width + used].to(self.device)
-        mask = attention[:, start : prompt_width + used].to(self.device)
-        if forward_gathers(model):
-            logprobs = root_forward_logprobs(model, ids, mask, used, temperature=temperature)
-        else:
-            logprobs = completion_logprobs(model, ids, mask, used, temperature=temperature,
-                                           chunk_tokens=self.logprob_chunk_tokens)
-        return torch.nn.functional.pad(logprobs, (0, width - used))
+        return packed_logprobs(model, packed.to(self.device), temperature=temperature,
+                               chunk_tokens=self.logprob_chunk_tokens, through_forward=forward_gathers(model))
 
     def setup(self, stage: str) -> None:
         """DeepSpeed clips gradients inside its engine, from its config: give it ``max_grad_norm``
@@ -334,7 +343,8 @@ class PolicyModule(LightningModule):
                         continue
                     rows = own[index]
                     micro = batch.rows(rows)
-                    micro.logprobs = self._logprobs(self.model, micro, width)
+                    packed = self._pack(micro, width)
+                    micro.logprobs = self._packed_logprobs(self.model, packed)
                     if batch.old_logprobs is None:
                         micro.old_logprobs = micro.logprobs.detach()
                     fresh = [i for i, r in enumerate(rows.tolist()) if r not in seen]
@@ -342,7 +352,7 @@ class PolicyModule(LightningModule):
                         seen.update(rows[fresh].tolist())
                         mismatch.add(micro.old_logprobs[fresh], micro.sampling_logprobs[fresh],
                                      micro.completion_mask[fresh])
-                    trained += float(micro.attention_mask.sum())
+                    trained += packed.real_tokens
                     out = self.algorithm.loss(micro.to(self.device))
                     self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
                     # token weights are normalized over the (mini-)batch: its loss is the sum of
@@ -375,17 +385,20 @@ class PolicyModule(LightningModule):
         return metrics
 
     def _micro_slices(self, batch: TrainBatch, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
-        """Micro-batches of ``rows`` of similar lengths (longest first: the least padding); the
-        loss is a sum over rows with batch-normalized weights, so the order does not matter.
-        Algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
+        """Micro-batches of ``rows`` within ``micro_batch_tokens`` packed token positions and
+        ``micro_batch_size`` rows (:func:`~lit_rag.modules.packing.plan_micro_batches`): a
+        group's rows together (they share their prompt), longest first (the least padding).
+        The loss is a sum over rows with batch-normalized weights, so the order does not
+        matter. Algorithms whose loss couples rows (DPO: chosen, rejected) keep each unit of
         ``row_group`` consecutive rows inside one micro-batch."""
         unit = self.algorithm.row_group
-        lengths = batch.attention_mask[rows, -width:].sum(-1)  # real completion tokens
-        unit_lengths = lengths.view(-1, unit).max(-1).values  # [rows / unit]
-        order = torch.argsort(unit_lengths, descending=True, stable=True)
-        order = rows[(order.unsqueeze(-1) * unit + torch.arange(unit)).flatten()]  # units kept whole
-        step = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
-        return [order[i : i + step] for i in range(0, len(order), step)]
+        split = split_rows(batch.input_ids[rows], batch.attention_mask[rows], width)
+        max_rows = None
+        if self.micro_batch_size is not None:
+            max_rows = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
+        plan = plan_micro_batches([p for p, _ in split], [len(c) for _, c in split], self.micro_batch_tokens,
+                                  max_rows=max_rows, row_group=unit, share=self.share_prefix)
+        return [rows[torch.tensor(micro, dtype=torch.long)] for micro in plan]
 
     def _any_rank(self, flag: bool) -> bool:
         """Whether ``flag`` holds on any rank (a collective with several ranks)."""
@@ -567,10 +580,17 @@ class _Mismatch:
 
 
 def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
-    """Peak resident memory of this process and, on CUDA, peak allocated GPU memory (GiB)."""
+    """Peak and current resident memory of this process and, on CUDA, peak allocated GPU memory
+    (GiB). A peak that rises while the current RSS after each step stays flat is a larger
+    micro-batch or allocator fragmentation, not a leak."""
     import resource
 
     metrics = {"mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
+    try:
+        with open("/proc/self/statm") as statm:  # Linux; elsewhere the peak alone
+            metrics["mem/rss_gib"] = torch.tensor(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30)
+    except OSError:
+        pass
     if device.type == "cuda":
         metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
     return metrics

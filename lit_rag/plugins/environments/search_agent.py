@@ -43,23 +43,26 @@ Where the paper is silent, what we do:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import torch
 
 from lit_rag.api import (
+    Episode,
+    EpisodeLoop,
     Example,
+    Generate,
     Generation,
     RetrievalEnvironment,
+    Request,
     Retriever,
     RolloutEngine,
     SamplingParams,
+    Search,
     Step,
     Trajectory,
     chat_prompt,
     extract_tag,
     final_answer,
+    start_episodes,
 )
 
 #: Eval-RAR Appendix A.1 (verbatim, with its "Question: {question}" tail).
@@ -98,44 +101,6 @@ DOCUMENT_TEMPLATE = "Doc {index}(Title: {title}) {text}"
 #: ``Step.action`` values this environment records.
 #: ``unanswered``: the answer-only generation after the last turn wrote no complete answer.
 ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated", "unanswered")
-
-
-@dataclass
-class _Episode:
-    """Mutable state of one trajectory while it is being rolled out."""
-
-    prompt_ids: list[int]
-    ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    turns: int = 0
-    final: bool = False  # the answer-only generation after the last turn was asked for
-    done: bool = False
-    truncated: bool = False
-    stop_reason: str = ""
-
-    def add(self, ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
-        """Append tokens: policy tokens when ``logprobs`` is given, else inserted (masked)."""
-        self.ids.extend(ids)
-        self.mask.extend([1 if logprobs is not None else 0] * len(ids))
-        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-        self.pieces.append(text)
-
-    def end(self, reason: str, truncated: bool = False) -> None:
-        self.done, self.stop_reason = True, reason
-        self.truncated = self.truncated or truncated
-
-
-@dataclass
-class _Run:
-    """One rollout's engine, sampling settings and the segments out (ticket -> episode, phase)."""
-
-    engine: RolloutEngine
-    params: SamplingParams
-    encode: Callable[[str], list[int]]
-    waiting: dict[int, tuple[_Episode, str]] = field(default_factory=dict)
 
 
 class SearchAgentEnvironment(RetrievalEnvironment):
@@ -233,7 +198,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             )
         return "\n\n<information>" + "\n".join(docs) + "</information>\n\n"
 
-    # ---- rollout (Algorithm 1) -------------------------------------------------------------
+    # ---- rollout (Algorithm 1): one handler per state ---------------------------------------
     def rollout(
         self,
         examples: list[Example],
@@ -243,60 +208,55 @@ class SearchAgentEnvironment(RetrievalEnvironment):
     ) -> list[Trajectory]:
         """Run every episode to its end; ``params.stop`` is replaced by the phase's stops.
 
-        Each episode moves on as soon as its own segment is back: its next segment is submitted
-        to the engine at once (``submit`` / ``collect``), so on an engine that batches
+        The episodes run through the :class:`~lit_rag.api.EpisodeLoop`: each moves on as soon
+        as its own segment is back (``submit`` / ``collect``), so on an engine that batches
         continuously no episode waits for the slowest of its turn. The queries of the segments
         that came back together are retrieved in one batched call.
         """
         prompts = self.prompts(examples, engine.tokenizer, group_size)
-        episodes = [_Episode(ids) for ids in prompts.repeated]  # [B*G]
-        run = _Run(engine, params, _Encoder(engine.tokenizer))
-        for e in episodes:
-            self._act(run, e)
-        while run.waiting:
-            searching: list[tuple[_Episode, str]] = []
-            for ticket, gen in engine.collect():
-                e, phase = run.waiting.pop(ticket)
-                if not self._accept(e, gen):
-                    continue
-                if phase == "evaluate":  # lines 17-18
-                    self._evaluated(run, e, gen)
-                elif phase == "final":
-                    self._answered_last(e, gen)
-                elif (query := self._acted(run, e, gen)) is not None:
-                    searching.append((e, query))
-            if searching:  # lines 14-16: one batched call for the queries that came back
-                results = self.retriever.search([q for _, q in searching], self.top_k)
-                for (e, _), hits in zip(searching, results):
-                    self._retrieved(run, e, hits)
-        return [
-            self._trajectory(e, examples[group], group, prompts.texts[group])
-            for e, group in zip(episodes, prompts.groups)
-        ]
+        loop = EpisodeLoop(engine, params, self.retriever)
+        handlers = {
+            "start": self._start,
+            "act": self._acted,  # lines 5-12, 22-24
+            "retrieved": self._retrieved,  # lines 14-16
+            "evaluate": self._evaluated,  # lines 17-18
+            "final": self._answered_last,  # Search-R1's answer-only generation
+        }
+        episodes = loop.run(start_episodes(examples, prompts), handlers)  # [B*G]
+        return [self._trajectory(e) for e in episodes]
 
-    def _act(self, run: _Run, e: _Episode) -> None:
+    def _start(self, loop: EpisodeLoop, e: Episode, _: None) -> Request:
+        e.meta["turns"] = 0  # actions taken (searches and invalid actions)
+        return self._act(loop, e)
+
+    def _act(self, loop: EpisodeLoop, e: Episode) -> Request:
         """Ask for the next action (lines 3-4), unless the turn budget is spent; then, with
         ``answer_after_max_turns``, for the one answer-only generation (Search-R1)."""
-        if e.turns < self.max_turns:
-            self._submit(run, e, "act", ["</search>", "</answer>"])
-        elif self.answer_after_max_turns and not e.final:
-            e.final = True
-            self._submit(run, e, "final", ["</search>", "</answer>"])
-        else:
-            e.end("max_turns")
+        if e.meta["turns"] < self.max_turns:
+            return self._segment(loop, e, "act", ["</search>", "</answer>"])
+        if self.answer_after_max_turns:  # the "final" state always ends the episode
+            return self._segment(loop, e, "final", ["</search>", "</answer>"])
+        e.end("max_turns")
+        return None
 
-    def _answered_last(self, e: _Episode, gen: Generation) -> None:
+    def _answered_last(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
         """The generation after the last turn: an answer counts, nothing else is executed."""
+        if not self._accept(e, gen):
+            return None
         text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
         if _last_action(text, ("search", "answer")) == "answer":
             e.steps.append(Step(action="answer", text=text))
             e.end("answer")
-            return
+            return None
         e.steps.append(Step(action="unanswered", text=text))
         e.end("max_turns")
+        return None
 
-    def _acted(self, run: _Run, e: _Episode, gen: Generation) -> str | None:
-        """An action came back (lines 5-12, 22-24); the query when it is a search."""
+    def _acted(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
+        """An action came back (lines 5-12, 22-24): a search is retrieved, an answer ends the
+        episode, anything else is an invalid action."""
+        if not self._accept(e, gen):
+            return None
         # the assistant prefix is the start of the first action
         text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
         action = _last_action(text, ("search", "answer"))
@@ -304,94 +264,94 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             e.steps.append(Step(action="answer", text=text))
             e.end("answer")
             return None
-        e.turns += 1  # line 24
+        e.meta["turns"] += 1  # line 24
         query = extract_tag(text, "search") if action == "search" else None
         if query:
             e.steps.append(Step(action="search", query=query, text=text))
-            return query
+            return Search("retrieved", [query], self.top_k)
         e.steps.append(Step(action="invalid", text=text))  # line 22
-        self._insert(e, run.encode(self.invalid_action_message), self.invalid_action_message)
-        if not e.done:
-            self._act(run, e)
-        return None
+        self._insert(loop, e, self.invalid_action_message)
+        return None if e.done else self._act(loop, e)
 
-    def _retrieved(self, run: _Run, e: _Episode, hits: list) -> None:
+    def _retrieved(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
         """Insert the documents, then ask for the evaluation (Eval-RAR) or the next action."""
-        e.steps[-1].passage_ids = [h.passage.id for h in hits]
-        info = self.format_information(hits, run.engine.tokenizer)
-        self._insert(e, run.encode(info), info)
+        e.steps[-1].passage_ids = [h.passage.id for h in hits[0]]
+        self._insert(loop, e, self.format_information(hits[0], loop.tokenizer))
         if e.done:
-            return
+            return None
         if not self.evaluate:
-            self._act(run, e)
-            return
+            return self._act(loop, e)
         if self.evaluate_prefix:
-            self._insert(e, run.encode(self.evaluate_prefix), self.evaluate_prefix)
+            self._insert(loop, e, self.evaluate_prefix)
             if e.done:
-                return
-        self._submit(run, e, "evaluate", ["</evaluate>", "</answer>"])
+                return None
+        return self._segment(loop, e, "evaluate", ["</evaluate>", "</answer>"])
 
-    def _evaluated(self, run: _Run, e: _Episode, gen: Generation) -> None:
+    def _evaluated(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
         """The evaluation came back (lines 17-18); an answer written in it ends the episode,
         after the evaluation it closes (the text before the answer's opening tag)."""
+        if not self._accept(e, gen):
+            return None
         text = self.evaluate_prefix + gen.text
         if _last_action(text, ("evaluate", "answer")) == "answer":
             cut = text.rfind("<answer>", 0, text.rfind("</answer>"))
             e.steps.append(Step(action="evaluate", text=text[:cut]))
             e.steps.append(Step(action="answer", text=text[cut:]))
             e.end("answer")
-            return
+            return None
         e.steps.append(Step(action="evaluate", text=text))
-        self._act(run, e)
+        return self._act(loop, e)
 
-    def _submit(self, run: _Run, e: _Episode, phase: str, stops: list[str]) -> None:
-        """Queue the episode's next segment, at most what is left of its token budget."""
+    def _segment(self, loop: EpisodeLoop, e: Episode, state: str, stops: list[str]) -> Request:
+        """The episode's next segment, at most what is left of its token budget."""
         left = self.max_response_tokens - len(e.ids)
         if left <= 0:
             e.end("max_response_tokens", truncated=True)
-            return
+            return None
+        p = loop.params
         segment = SamplingParams(
-            max_new_tokens=min(run.params.max_new_tokens, left),
-            temperature=run.params.temperature,
-            top_p=run.params.top_p,
-            top_k=run.params.top_k,
+            max_new_tokens=min(p.max_new_tokens, left),
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
             stop=stops,
         )
-        run.waiting[run.engine.submit(e.prompt_ids + e.ids, segment)] = (e, phase)
+        return Generate(state, e.context, segment)
 
-    def _accept(self, e: _Episode, gen: Generation) -> bool:
+    def _accept(self, e: Episode, gen: Generation) -> bool:
         """Append a segment; False when it used up the token budget (the episode ends)."""
-        e.add(gen.token_ids.tolist(), gen.text, gen.logprobs.tolist())
+        e.generated(gen)
         if len(e.ids) >= self.max_response_tokens and not gen.finished:
             e.steps.append(Step(action="truncated", text=gen.text))
             e.end("max_response_tokens", truncated=True)
             return False
         return True
 
-    def _insert(self, e: _Episode, ids: list[int], text: str) -> None:
+    def _insert(self, loop: EpisodeLoop, e: Episode, text: str) -> None:
         """Append environment text (masked), cut to the episode's remaining budget."""
+        ids = loop.encode(text)
         left = self.max_response_tokens - len(e.ids)
         if len(ids) >= left:
-            e.add(ids[: max(left, 0)], text)
+            e.insert(ids[: max(left, 0)], text)
             e.end("max_response_tokens", truncated=True)
             return
-        e.add(ids, text)
+        e.insert(ids, text)
 
-    def _trajectory(self, e: _Episode, example: Example, group: int, prompt: str) -> Trajectory:
-        if not e.done:
+    def _trajectory(self, e: Episode) -> Trajectory:
+        if not e.stop_reason:
             e.end("max_turns")
         return self.trajectory(
-            example,
-            group,
+            e.example,
+            e.group,
             e.prompt_ids,
             e.ids,
             e.logprobs,
-            self.assistant_prefix + "".join(e.pieces),
+            self.assistant_prefix + e.text,
             loss_mask=e.mask,
-            prompt_text=prompt,
+            prompt_text=e.prompt_text,
             steps=e.steps,
             truncated=e.truncated,
-            meta={"stop_reason": e.stop_reason, "turns": e.turns},
+            meta={"stop_reason": e.stop_reason, "turns": e.meta["turns"]},
         )
 
     # ---- answers and metrics ---------------------------------------------------------------
@@ -433,15 +393,3 @@ def _last_action(text: str, tags: tuple[str, ...]) -> str | None:
             best, where = tag, close
     return best
 
-
-class _Encoder:
-    """Tokenizes environment text once per distinct string (the message repeats)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.cache: dict[str, list[int]] = {}
-
-    def __call__(self, text: str) -> list[int]:
-        if text not in self.cache:
-            self.cache[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self.cache[text]

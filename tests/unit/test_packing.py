@@ -1,0 +1,216 @@
+"""Shared-prefix packing (issue 24): a group's prompt computed once gives the unshared rows'
+log-probs and gradients (fp32, relative 1e-5), and micro-batches respect their token budget."""
+
+import pytest
+import torch
+
+from lit_rag.algorithm import collate
+from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model
+from lit_rag.modules.logprobs import completion_logprobs, packed_logprobs
+from lit_rag.modules.packing import pack, packed_cost, plan_micro_batches, split_rows
+from lit_rag.plugins.algorithms.grpo import GRPO
+from lit_rag.types import Example, Trajectory
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _model(lora: bool = False, attn: str | None = None) -> torch.nn.Module:
+    config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, vocab_size=512, seed=3),
+                         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None)
+    model = load_model(config).train()
+    if attn is not None:
+        model.config._attn_implementation = attn
+    if lora:  # random adapters (B starts at 0: the gradient of A would be 0 everywhere)
+        torch.manual_seed(1)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.data.normal_(0, 0.1)
+    return model
+
+
+def _trajectory(prompt: list[int], completion: list[int], group: int, inserted: tuple[int, int] | None = None) -> Trajectory:
+    mask = torch.ones(len(completion))
+    if inserted is not None:  # tokens the environment inserted (a multi-turn retrieval result)
+        mask[inserted[0] : inserted[1]] = 0
+    return Trajectory(example=Example(id=str(group), question="q", answers=["a"]), group=group,
+                      prompt_ids=torch.tensor(prompt), completion_ids=torch.tensor(completion),
+                      loss_mask=mask, sampling_logprobs=-torch.ones(len(completion)) * mask, text="")
+
+
+def _single_turn() -> list[Trajectory]:
+    """Two groups with prompts of different lengths, completions of different lengths."""
+    g = torch.Generator().manual_seed(0)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(5, 200, (n,), generator=g).tolist()
+
+    p0, p1 = ids(11), ids(4)
+    return ([_trajectory(p0, ids(n), 0) for n in (5, 2, 7)]
+            + [_trajectory(p1, ids(n), 1) for n in (3, 6, 1, 4)])
+
+
+def _multi_turn() -> list[Trajectory]:
+    """Trajectories sharing their first prompt; completions with inserted tool tokens."""
+    g = torch.Generator().manual_seed(1)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(5, 200, (n,), generator=g).tolist()
+
+    prompt = ids(9)
+    return [_trajectory(prompt, ids(14), 0, inserted=(4, 10)), _trajectory(prompt, ids(3), 0),
+            _trajectory(prompt, ids(20), 0, inserted=(2, 12))]
+
+
+def _logprobs_and_grads(model, batch, width, share: bool):
+    model.zero_grad(set_to_none=True)
+    packed = pack(batch.input_ids, batch.attention_mask, width, share=share)
+    out = packed_logprobs(model, packed, temperature=0.7, chunk_tokens=5)
+    (out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach(), grads, packed
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("kind", ["single_turn", "multi_turn"])
+def test_shared_equals_unshared(kind, lora):
+    model = _model(lora)
+    trajectories = _single_turn() if kind == "single_turn" else _multi_turn()
+    batch = collate(trajectories, pad_id=0)
+    width = batch.width
+    shared, shared_grads, packed = _logprobs_and_grads(model, batch, width, share=True)
+    plain, plain_grads, unshared = _logprobs_and_grads(model, batch, width, share=False)
+    assert packed.real_tokens < unshared.real_tokens  # the prompts ran once per group
+    mask = batch.completion_mask.bool() | (batch.attention_mask[:, -width:] > 0)
+    assert torch.allclose(shared[mask], plain[mask], rtol=RTOL, atol=ATOL)
+    assert set(shared_grads) == set(plain_grads) and shared_grads
+    for name, grad in shared_grads.items():
+        assert torch.allclose(grad, plain_grads[name], rtol=RTOL, atol=ATOL), name
+    # and both equal the left-padded full-row computation the module used before packing
+    before = completion_logprobs(model, batch.input_ids, batch.attention_mask, width, temperature=0.7)
+    assert torch.allclose(shared[mask], before.detach()[mask], rtol=RTOL, atol=ATOL)
+
+
+def test_eager_attention_takes_an_additive_mask():
+    batch = collate(_single_turn(), pad_id=0)
+    sdpa = _model(attn="sdpa")
+    eager = _model(attn="eager")
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    with torch.no_grad():
+        a = packed_logprobs(sdpa, packed)
+        b = packed_logprobs(eager, packed)
+    assert torch.allclose(a, b, rtol=RTOL, atol=1e-5)
+
+
+def test_through_forward_equals_decoder_and_head():
+    # the path of sharded models (FSDP, ZeRO-3): the model's own forward, logits kept at the
+    # predicting positions only
+    model = _model()
+    batch = collate(_single_turn() + _multi_turn(), pad_id=0)
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    with torch.no_grad():
+        a = packed_logprobs(model, packed, temperature=0.7)
+        b = packed_logprobs(model, packed, temperature=0.7, through_forward=True)
+    assert torch.allclose(a, b, rtol=RTOL, atol=1e-5)
+
+
+def test_grpo_loss_equal_shared_and_unshared():
+    model = _model()
+    trajectories = _single_turn()
+    from lit_rag.types import RewardBreakdown
+
+    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 0.2, 0.7]))
+    grpo = GRPO(beta=0.0)
+    batch = grpo.prepare(trajectories, rewards).batch
+    losses = []
+    for share in (True, False):
+        batch.logprobs = packed_logprobs(model, pack(batch.input_ids, batch.attention_mask, batch.width, share=share))
+        batch.old_logprobs = batch.logprobs.detach()
+        losses.append(grpo.loss(batch).loss.detach())
+    assert torch.allclose(losses[0], losses[1], rtol=RTOL, atol=ATOL)
+
+
+def test_packed_layout():
+    # one group of three rows: prompt once, completions after it at the prompt's position
+    batch = collate([_trajectory([7, 8, 9], [20, 21], 0), _trajectory([7, 8, 9], [30], 0),
+                     _trajectory([5], [40, 41, 42], 1)])
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    assert packed.input_ids.tolist() == [[7, 8, 9, 20, 21, 30], [5, 40, 41, 42, 0, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 3], [0, 1, 2, 3, 0, 0]]
+    allowed = packed.attention_mask[0, 0]
+    assert allowed[5].tolist() == [True, True, True, False, False, True]  # not the other completion
+    assert packed.real_tokens == 10
+    assert packed.sources.tolist()[:3] == [[0, 2], [0, 3], [0, 2]]  # row 1's token predicted by the prompt's end
+
+
+def test_plan_keeps_groups_within_budget():
+    prompts = [(1,) * 10] * 4 + [(2,) * 30] * 4 + [(3,) * 5] * 2
+    completions = [4, 6, 2, 3, 10, 10, 10, 10, 1, 1]
+    plan = plan_micro_batches(prompts, completions, max_tokens=40)
+    assert sorted(i for micro in plan for i in micro) == list(range(10))
+    for micro in plan:
+        cost = packed_cost([prompts[i] for i in micro], [completions[i] for i in micro])
+        assert cost <= 40 or len({prompts[i] for i in micro}) == 1  # only a lone piece may exceed
+    # the 10-token group fits whole (10 + 15 = 25 tokens): its rows stay in one micro-batch
+    assert any(set(range(4)) <= set(micro) for micro in plan)
+    # the 30-token group (30 + 40) is cut into pieces that each carry the prompt: 30 + 10 = 40
+    assert sum(1 for micro in plan if any(4 <= i < 8 for i in micro)) == 4
+
+
+def test_plan_rows_cap_and_pairs():
+    prompts = [(1,), (1,), (2,), (2,), (3,), (3,)]
+    plan = plan_micro_batches(prompts, [1] * 6, max_tokens=None, max_rows=2, row_group=2)
+    assert sorted(map(sorted, plan)) == [[0, 1], [2, 3], [4, 5]]
+    unshared = plan_micro_batches(prompts, [1] * 6, max_tokens=6, share=False)
+    assert all(packed_cost([prompts[i] for i in m], [1] * len(m), share=False) <= 6 for m in unshared)
+
+
+def test_split_rows_reads_the_collated_layout():
+    batch = collate([_trajectory([7, 8, 9], [20, 21], 0), _trajectory([5], [40], 1)])
+    assert split_rows(batch.input_ids, batch.attention_mask, batch.width) == [((7, 8, 9), [20, 21]), ((5,), [40])]
+
+
+def _accumulated_grads(module, batch) -> tuple[dict, float, int]:
+    """One pass of the module's micro-batching: GRPO loss per micro-batch, gradients summed."""
+    module.model.zero_grad(set_to_none=True)
+    total, micro_batches = 0.0, module._micro_slices(batch, torch.arange(batch.size), batch.width)
+    for rows in micro_batches:
+        micro = batch.rows(rows)
+        micro.logprobs = module._logprobs(module.model, micro, batch.width)
+        micro.old_logprobs = micro.logprobs.detach()
+        loss = module.algorithm.loss(micro).loss
+        loss.backward()
+        total += float(loss.detach())
+    grads = {n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None}
+    return grads, total, len(micro_batches)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_module_micro_batches_accumulate_the_unshared_gradient(lora):
+    """The policy module's token-budget micro-batches with shared prompts (a group cut across
+    micro-batches too) accumulate the gradient of one unshared row per micro-batch."""
+    from lit_rag.modules.policy import PolicyModule
+    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+    from lit_rag.plugins.rewards.qa import ExactMatchReward
+    from lit_rag.types import RewardBreakdown
+
+    torch.manual_seed(0)
+    module = PolicyModule(
+        policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, seed=3),
+                           lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None),
+        environment=SingleTurnEnvironment(), reward=ExactMatchReward(), algorithm=GRPO(beta=0.0),
+    )
+    module.configure_model()
+    module.model.train()
+    trajectories = _single_turn() + [_trajectory(t.prompt_ids.tolist(), t.completion_ids.tolist(), 2,
+                                                 inserted=(0, 2)) for t in _multi_turn()]
+    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 0.2, 0.7, 0.3, 0.9, 0.0]))
+    batch = module.algorithm.prepare(trajectories, rewards).batch
+    module.share_prefix, module.micro_batch_tokens, module.micro_batch_size = True, 30, None
+    shared, shared_loss, count = _accumulated_grads(module, batch)
+    assert count > 3  # the 11-token group (11 + 14) and the 9-token one (9 + 37) are cut
+    module.share_prefix, module.micro_batch_tokens, module.micro_batch_size = False, None, 1
+    plain, plain_loss, _ = _accumulated_grads(module, batch)
+    assert abs(shared_loss - plain_loss) <= RTOL * abs(plain_loss) + ATOL
+    assert set(shared) == set(plain) and shared
+    for name, grad in shared.items():
+        assert torch.allclose(grad, plain[name], rtol=RTOL, atol=ATOL), name
