@@ -4,10 +4,23 @@ Two workloads, each run through both engines (SmolLM2-135M-Instruct, the recipes
 
 1. single-turn ARENA (``recipes/quickstart.yaml``'s environment): ``--prompts`` prompts x
    ``--group-size`` samples x ``--new-tokens`` new tokens, temperature 0.9;
-2. multi-turn Eval-RAR episodes (``recipes/eval_rar_quickstart.yaml``'s ``search_agent``, BM25
-   over the bundled synthetic world, ``--turns`` turns), and as its reference one ``generate``
-   call over the same prompts producing as many new tokens per trajectory as the episodes did.
-   Multi-turn cost per generated token = (single-turn tokens/s) / (multi-turn tokens/s).
+2. multi-turn episodes of each multi-turn environment (``--environments``), BM25 over the
+   bundled synthetic world, through the episode loop (``lit_rag/episodes.py``):
+
+   - ``search_agent``: Eval-RAR episodes (``recipes/eval_rar_quickstart.yaml``), ``--turns`` turns;
+   - ``query_rewriter``: EVO-RAG's training rollout (``recipes/evo_rag_quickstart.yaml``, with
+     BM25 instead of its hybrid retriever, so no embedding model is needed): each question's
+     main episode of at most ``--turns`` steps, then its sibling branches;
+   - ``retrieval_tree``: R2AG's inference trees (``recipes/r2ag_quickstart.yaml``'s
+     ``validation_rollout``, ``--turns`` expansions at most, sampled at the training
+     temperature, each question ``--group-size`` times), then the reader. Its training rollout
+     is one expansion per sample: a single-turn generation.
+
+   Every token the engine generates counts (a trajectory holds only some: EVO-RAG's siblings
+   keep the action at their branching state, R2AG's inference its reader's answer). The
+   reference is one ``generate`` call over the first prompts of the same ``--prompts`` x
+   ``--group-size`` rows producing as many new tokens per row as the episodes did.
+   Multi-turn cost per generated token = (reference tokens/s) / (multi-turn tokens/s).
 
 The ``hf`` engine runs as the trainer runs it under ``precision: bf16-mixed`` (fp32 weights,
 bf16 autocast); ``vllm`` in bf16, eager (``enforce_eager``), prefix caching on. Each engine
@@ -17,7 +30,7 @@ stop at different lengths. The last line is the single-turn ratio.
 
     python benchmarks/rollout.py --prompts 8 --group-size 4 --new-tokens 64 --turns 3
 
-Needs the Eval-RAR quickstart index; it is built if missing (a few seconds).
+Needs the synthetic BM25 index of the quickstarts; it is built if missing (a few seconds).
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from pathlib import Path
 import torch
 
 from lit_rag.cli import build_cli
-from lit_rag.rollout.base import SamplingParams
+from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.rollout.hf import HFEngine
 from lit_rag.rollout.vllm import VLLMEngine
 
@@ -61,25 +74,69 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
     torch.manual_seed(0)
     trajectories, seconds = timed(lambda: env.rollout(examples, engine, args.group_size, params), name)
     prompt = sum(int(t.prompt_ids.numel()) for t in trajectories) / len(trajectories)
-    return dict(seconds=seconds, tokens=sum(t.num_generated for t in trajectories), prompt=prompt)
+    return {"seconds": seconds, "tokens": sum(t.num_generated for t in trajectories), "prompt": prompt}
 
 
-def multi_turn(module, examples, engine, name: str, args) -> dict:
+BM25 = '{"class_path": "bm25", "init_args": {"index": "indexes/synthetic-bm25"}}'
+#: Multi-turn environments: recipe, the key of its turn budget, the rollout measured, overrides.
+MULTI_TURN = {
+    "search_agent": ("eval_rar_quickstart.yaml", "max_turns", "rollout", []),
+    # BM25 as the others: the recipe's hybrid retriever needs an embedding model
+    "query_rewriter": ("evo_rag_quickstart.yaml", "t_max", "rollout",
+                       [f"--model.environment.init_args.retriever={BM25}"]),
+    "retrieval_tree": ("r2ag_quickstart.yaml", "max_iterations", "validation_rollout", []),
+}
+
+
+class Counted(RolloutEngine):
+    """The engine, counting every token it generates, through ``generate`` or ``collect``."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine, self.tokenizer = engine, engine.tokenizer
+        self.tokens = self.generations = 0
+
+    def _count(self, generations) -> None:
+        for g in generations:
+            self.tokens += int(g.token_ids.numel())
+            self.generations += 1
+
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        self._count(out)
+        return out
+
+    def submit(self, prompt, params) -> int:
+        return self.engine.submit(prompt, params)
+
+    def collect(self):
+        done = self.engine.collect()
+        self._count(g for _, g in done)
+        return done
+
+
+def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
     env, tok = module.environment, module.tokenizer
-    params = SamplingParams(max_new_tokens=module.sampling.max_new_tokens, temperature=module.sampling.temperature)
+    s = module.sampling
+    params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, stop=s.stop)
     n = len(examples) * args.group_size
+    counted = Counted(engine)
+    if MULTI_TURN[kind][2] == "validation_rollout":  # every question group_size times
+        rows = [ex for ex in examples for _ in range(args.group_size)]
+        run = lambda: env.validation_rollout(rows, counted, params)
+    else:
+        run = lambda: env.rollout(examples, counted, args.group_size, params)
     torch.manual_seed(0)
-    trajectories, seconds = timed(lambda: env.rollout(examples, engine, args.group_size, params), name)
-    tokens = sum(t.num_generated for t in trajectories)
-    # the reference: the same prompts, one call, as many new tokens per trajectory
+    _, seconds = timed(run, name)
+    tokens = counted.tokens
+    # the reference: the same first prompts, one call, as many new tokens per row
     prompts = [tok(env.build_prompt(ex, tok), add_special_tokens=False)["input_ids"] for ex in examples]
     budget = SamplingParams(max_new_tokens=max(1, round(tokens / n)), temperature=params.temperature)
     repeated = [p for p in prompts for _ in range(args.group_size)]
     torch.manual_seed(0)
     generations, single_s = timed(lambda: engine.generate(repeated, budget), name)
     single_tokens = sum(int(g.token_ids.numel()) for g in generations)
-    turns = float(env.metrics(trajectories)["turns"])
-    return dict(seconds=seconds, tokens=tokens, turns=turns, single_s=single_s, single_tokens=single_tokens)
+    return {"seconds": seconds, "tokens": tokens, "per_row": counted.generations / n, "single_s": single_s,
+                "single_tokens": single_tokens}
 
 
 def make_engine(name: str, module) -> tuple[object, float]:
@@ -110,45 +167,65 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--engines", default="hf,vllm")
+    parser.add_argument("--environments", default=",".join(MULTI_TURN),
+                        help=f"multi-turn environments to measure, of {', '.join(MULTI_TURN)}")
     args = parser.parse_args()
-    engines = args.engines.split(",")
+    engines, kinds = args.engines.split(","), args.environments.split(",")
+    unknown = [k for k in kinds if k not in MULTI_TURN]
+    if unknown:
+        parser.error(f"--environments: unknown {', '.join(unknown)}; allowed: {', '.join(MULTI_TURN)}")
     ensure_index()
     arena, arena_examples = load("quickstart.yaml", [])
-    evalrar, evalrar_examples = load("eval_rar_quickstart.yaml",
-                                     [f"--model.environment.init_args.max_turns={args.turns}"])
-    evalrar.environment.setup()
+    multi = {}
+    for kind in kinds:
+        recipe, key, _, overrides = MULTI_TURN[kind]
+        module, examples = load(recipe, [f"--model.environment.init_args.{key}={args.turns}", *overrides])
+        module.environment.setup()
+        multi[kind] = (module, examples)
     results: dict[str, dict] = {}
     for name in engines:
         engine, load_s = make_engine(name, arena)
         single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
-        engine.bind(evalrar.model, evalrar.tokenizer)  # same base model: vLLM re-syncs, no rebuild
-        multi = multi_turn(evalrar, evalrar_examples[: args.prompts], engine, name, args)
-        results[name] = dict(load_s=load_s, single=single, multi=multi)
-    report(args, results)
+        results[name] = {"load_s": load_s, "single": single}
+        for kind, (module, examples) in multi.items():
+            engine.bind(module.model, module.tokenizer)  # same base model: vLLM re-syncs, no rebuild
+            results[name][kind] = multi_turn(module, examples[: args.prompts], engine, name, kind, args)
+    report(args, kinds, results)
 
 
-def report(args, results: dict[str, dict]) -> None:
+def report(args, kinds: list[str], results: dict[str, dict]) -> None:
     n = args.prompts * args.group_size
     first = next(iter(results.values()))
     print(f"# SmolLM2-135M-Instruct, {torch.get_num_threads()} threads; single-turn: ARENA quickstart prompts "
           f"(mean {first['single']['prompt']:.0f} tokens) x G {args.group_size}, {args.new_tokens} new tokens; "
-          f"multi-turn: Eval-RAR quickstart, max_turns {args.turns}, {n} episodes")
+          f"multi-turn: {n} rows, at most {args.turns} turns")
     print()
-    print("| engine | load s | single-turn s | single-turn tok/s | multi-turn s | turns | multi-turn tok/s "
-          "| reference tok/s | multi-turn cost per token |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| engine | load s | single-turn s | single-turn tok/s |")
+    print("|---|---|---|---|")
     for name, r in results.items():
-        s, m = r["single"], r["multi"]
-        multi_rate, ref_rate = m["tokens"] / m["seconds"], m["single_tokens"] / m["single_s"]
-        print(f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | {s['tokens'] / s['seconds']:.1f} | "
-              f"{m['seconds']:.1f} | {m['turns']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} | {ref_rate / multi_rate:.2f}x |")
+        s = r["single"]
+        print(f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | {s['tokens'] / s['seconds']:.1f} |")
+    for kind in kinds:
+        print()
+        print(f"multi-turn: {kind} ({MULTI_TURN[kind][0]}, {MULTI_TURN[kind][2]})")
+        print()
+        print("| engine | multi-turn s | generations / row | multi-turn tok/s | reference tok/s "
+              "| multi-turn cost per token |")
+        print("|---|---|---|---|---|---|")
+        for name, r in results.items():
+            m = r[kind]
+            multi_rate, ref_rate = m["tokens"] / m["seconds"], m["single_tokens"] / m["single_s"]
+            print(f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} "
+                  f"| {ref_rate / multi_rate:.2f}x |")
     print()
     print(f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size {args.group_size} "
-          f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines}")
+          f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines} "
+          f"--environments {args.environments}")
     if "hf" in results and "vllm" in results:
         rate = {k: r["single"]["tokens"] / r["single"]["seconds"] for k, r in results.items()}
-        multi = {k: r["multi"]["tokens"] / r["multi"]["seconds"] for k, r in results.items()}
-        print(f"vllm/hf multi-turn speed-up: {multi['vllm'] / multi['hf']:.2f}x")
+        for kind in kinds:
+            multi = {k: r[kind]["tokens"] / r[kind]["seconds"] for k, r in results.items()}
+            print(f"vllm/hf multi-turn speed-up ({kind}): {multi['vllm'] / multi['hf']:.2f}x")
         print(f"vllm/hf rollout speed-up: {rate['vllm'] / rate['hf']:.2f}x")
 
 

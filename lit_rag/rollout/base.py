@@ -146,8 +146,9 @@ class RolloutEngine(ABC):
         for items in groups.values():
             widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))
             generations = self.generate([prompt for _, prompt, _ in items], widest)
-            done.extend(
-                (t, self._cut(g, p.max_new_tokens)) for (t, _, p), g in zip(items, generations)
+            done.extend(  # a row whose budget is the call's gets what generate gave
+                (t, g if p.max_new_tokens == widest.max_new_tokens else self._cut(g, p.max_new_tokens))
+                for (t, _, p), g in zip(items, generations)
             )
         return done
 

@@ -18,22 +18,32 @@ each branch is rolled forward to its end; the main path's action is the remainin
 Every sibling is one :class:`Trajectory` whose prompt is the shared state and whose completion
 is the action taken there (what DPO compares), with ``steps`` = the whole episode (prefix and
 branch, for the step rewards) and ``meta["state"]`` naming the branching state.
+
+Episodes run through the episode loop (``lit_rag/episodes.py``): one handler per state (act,
+then the step's retrieval, then the step applied), each episode's next action submitted as soon
+as its last one is applied. The siblings start once every main episode is over: a barrier kept
+so the same seed gives the trajectories it gave when every live episode generated together
+(with the ``hf`` engine it still does; on ``vllm`` requests reach the engine in the order they
+finish, so samples differ from that order's).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from lit_rag.api import (
+    Episode,
+    EpisodeLoop,
     Example,
+    Generate,
     Generation,
     Passage,
+    Request,
     RetrievalEnvironment,
     Retriever,
     RolloutEngine,
     SamplingParams,
+    Search,
     Step,
     Trajectory,
     chat_prompt,
@@ -74,33 +84,31 @@ def parse_action(text: str) -> tuple[str, str]:
     return best
 
 
-@dataclass
-class _Episode:
-    example_index: int
-    kept: list[tuple[str, list[Passage]]] = field(default_factory=list)  # the state's sub-queries
-    steps: list[Step] = field(default_factory=list)
-    states: list[str] = field(default_factory=list)  # prompt text before each step
-    state_ids: list[list[int]] = field(default_factory=list)  # its token ids
-    actions: list[Generation] = field(default_factory=list)
-    found: list[list[Passage]] = field(default_factory=list)  # documents of each step
-    done: bool = False
+def kept_state(steps: list[Step], passages: dict[str, Passage]) -> list[tuple[str, list[Passage]]]:
+    """The sub-queries (and their documents) the state after ``steps`` keeps: SEARCH adds one,
+    BACKTRACK drops the last (Section 3.1); ``passages`` maps the steps' ids to passages.
 
-    def copy_prefix(self, t: int) -> _Episode:
-        """The episode as it was before step ``t`` (to branch from there)."""
-        other = _Episode(self.example_index)
-        other.steps = [Step(s.action, s.query, list(s.passage_ids), s.text) for s in self.steps[:t]]
-        other.states, other.state_ids = list(self.states[:t]), list(self.state_ids[:t])
-        other.actions, other.found = list(self.actions[:t]), list(self.found[:t])
-        for s, passages in zip(other.steps, other.found):  # replay the kept state
-            _apply(other, s, passages)
-        return other
+    Example:
+        >>> p = Passage("g1", "Orbel Mills", "founded by Mira Tolvan")
+        >>> steps = [Step("search", "a", ["g1"]), Step("search", "b", []), Step("backtrack")]
+        >>> kept_state(steps, {"g1": p}) == [("a", [p])]
+        True
+    """
+    kept: list[tuple[str, list[Passage]]] = []
+    for step in steps:
+        if step.action == "search":
+            kept.append((step.query or "", [passages[pid] for pid in step.passage_ids]))
+        elif step.action == "backtrack" and kept:
+            kept.pop()
+    return kept
 
 
-def _apply(e: _Episode, step: Step, passages: list[Passage]) -> None:
-    if step.action == "search":
-        e.kept.append((step.query or "", passages))
-    elif step.action == "backtrack" and e.kept:
-        e.kept.pop()
+def branch(e: Episode, t: int) -> Episode:
+    """A new episode at ``e``'s state before step ``t`` (a sibling branches there)."""
+    steps = [Step(s.action, s.query, list(s.passage_ids), s.text) for s in e.steps[:t]]
+    other = Episode(e.example, e.group, [], steps=steps, turns=list(e.turns[:t]))
+    other.passages = {pid: e.passages[pid] for s in steps for pid in s.passage_ids}
+    return other
 
 
 class QueryRewriterEnvironment(RetrievalEnvironment):
@@ -136,11 +144,12 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
 
     def build_prompt(self, example: Example, tokenizer) -> str:
         """The first state's prompt (no sub-queries yet); :meth:`state_prompt` gives the others."""
-        return self.state_prompt(example, _Episode(0), tokenizer)
+        return self.state_prompt(example, [], tokenizer)
 
-    def state_prompt(self, example: Example, e: _Episode, tokenizer) -> str:
+    def state_prompt(self, example: Example, kept: list[tuple[str, list[Passage]]], tokenizer) -> str:
+        """The prompt of state ``s_t``: the question and the kept sub-queries with their documents."""
         lines = []
-        for i, (query, passages) in enumerate(e.kept):
+        for i, (query, passages) in enumerate(kept):
             lines.append(f"Sub-query {i + 1}: {query}")
             lines += [f"  [{j + 1}] {p.title}: {p.text}" for j, p in enumerate(passages)] or ["  (no documents)"]
         history = "\n".join(lines) if lines else "(no sub-queries yet)"
@@ -148,75 +157,85 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         text = chat_prompt(tokenizer, self.prompt, user, self.use_chat_template)
         return (f"{self.prompt}\n\n{user}\n" if text is None else text) + self.assistant_prefix
 
-    def _advance(self, episodes: list[_Episode], examples: list[Example], engine: RolloutEngine,
-                 params: SamplingParams) -> None:
-        """Step every live episode together until all have ended."""
-        tok = engine.tokenizer
-        while True:
-            live = [e for e in episodes if not e.done and len(e.steps) < self.t_max]
-            for e in episodes:
-                if not e.done and len(e.steps) >= self.t_max:
-                    e.done = True
-            if not live:
-                return
-            prompts = [self.state_prompt(examples[e.example_index], e, tok) for e in live]
-            prompt_ids = encode_prompts(tok, prompts)
-            generations = engine.generate(prompt_ids, params)
-            parsed = [parse_action(self.assistant_prefix + g.text) for g in generations]
-            searches = [(e, arg) for e, (action, arg) in zip(live, parsed) if action == "search"]
-            hits = self.retriever.search([q for _, q in searches], self.top_k) if searches else []
-            found = {id(e): [h.passage for h in hs] for (e, _), hs in zip(searches, hits)}
-            for e, prompt, ids, gen, (action, arg) in zip(live, prompts, prompt_ids, generations, parsed):
-                passages = found.get(id(e), [])
-                step = Step(action=action, query=arg if action == "search" else None,
-                            passage_ids=[p.id for p in passages], text=arg if action == "answer" else gen.text)
-                e.states.append(prompt)
-                e.state_ids.append(ids)
-                e.actions.append(gen)
-                e.steps.append(step)
-                e.found.append(passages)
-                _apply(e, step, passages)
-                e.done = action in ("answer", "refuse")
+    # ---- the episode: one handler per state -----------------------------------------------
+    def _advance(self, episodes: list[Episode], engine: RolloutEngine, params: SamplingParams) -> None:
+        """Run the episodes to their end through the episode loop.
+
+        Each step's action goes through a search (none for actions other than SEARCH) before
+        it is applied, so the steps of the actions that came back together are applied in the
+        order they came back, after one batched retrieval: on the default ``collect`` the
+        episodes step exactly as when every live episode generated together.
+        """
+        loop = EpisodeLoop(engine, params, self.retriever)
+        loop.run(episodes, {"start": self._act, "act": self._acted, "retrieved": self._step})
+
+    def _act(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
+        """Ask for the action at the episode's state, unless ``T_max`` steps are spent."""
+        if len(e.steps) >= self.t_max:
+            e.end("t_max")
+            return None
+        prompt = self.state_prompt(e.example, kept_state(e.steps, e.passages), loop.tokenizer)
+        return Generate("act", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
+
+    def _acted(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
+        """An action came back: a SEARCH retrieves its sub-query's documents first."""
+        action, arg = parse_action(self.assistant_prefix + gen.text)
+        return Search("retrieved", [arg] if action == "search" else [], self.top_k)
+
+    def _step(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
+        """Apply the action (Section 3.1): ANSWER and REFUSE end the episode."""
+        gen = e.turns[-1].generation
+        action, arg = parse_action(self.assistant_prefix + gen.text)
+        passage_ids = e.retrieved(hits[0]) if hits else []
+        e.steps.append(Step(action=action, query=arg if action == "search" else None,
+                            passage_ids=passage_ids, text=arg if action == "answer" else gen.text))
+        if action in ("answer", "refuse"):
+            e.end(action)
+            return None
+        return self._act(loop, e)
 
     def rollout(self, examples: list[Example], engine: RolloutEngine, group_size: int,
                 params: SamplingParams) -> list[Trajectory]:
-        main = [_Episode(i) for i in range(len(examples))]
-        self._advance(main, examples, engine, params)
-        out: list[Trajectory] = []
-        branches: list[tuple[_Episode, int, list[_Episode]]] = []
-        pending: list[_Episode] = []
+        """The main episode of each question, then ``group_size - 1`` siblings at each of its
+        first ``branch_states`` visited states, each rolled forward to its end (Section 3.4).
+
+        The siblings start once every main episode is over (their states are the main
+        episodes' visited states), as when the phases ran one after the other.
+        """
+        main = [Episode(ex, i, []) for i, ex in enumerate(examples)]
+        self._advance(main, engine, params)
+        branches: list[tuple[Episode, int, list[Episode]]] = []
+        pending: list[Episode] = []
         for e in main:
-            visited = list(range(len(e.steps)))[: self.branch_states]
-            for t in visited:
-                siblings = [e.copy_prefix(t) for _ in range(group_size - 1)]
+            for t in range(min(len(e.steps), self.branch_states)):
+                siblings = [branch(e, t) for _ in range(group_size - 1)]
                 branches.append((e, t, siblings))
                 pending += siblings
-        self._advance(pending, examples, engine, params)
-        for e, t, siblings in branches:
-            for member in [e, *siblings]:
-                out.append(self._trajectory(member, t, examples, state=f"{e.example_index}:{t}"))
+        self._advance(pending, engine, params)
+        out = [self._trajectory(member, t, state=f"{e.group}:{t}")
+               for e, t, siblings in branches for member in [e, *siblings]]
         if not branches:  # no branching: one trajectory per episode, its first action
-            out = [self._trajectory(e, 0, examples, state=f"{e.example_index}:0") for e in main if e.steps]
+            out = [self._trajectory(e, 0, state=f"{e.group}:0") for e in main if e.steps]
         return out
 
     def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
-        episodes = [_Episode(i) for i in range(len(examples))]
-        self._advance(episodes, examples, engine, params)
-        return [self._trajectory(e, 0, examples, state=f"{e.example_index}:0") for e in episodes]
+        episodes = [Episode(ex, i, []) for i, ex in enumerate(examples)]
+        self._advance(episodes, engine, params)
+        return [self._trajectory(e, 0, state=f"{e.group}:0") for e in episodes]
 
-    def _trajectory(self, e: _Episode, t: int, examples: list[Example], state: str) -> Trajectory:
+    def _trajectory(self, e: Episode, t: int, state: str) -> Trajectory:
         """The sibling at step ``t``: the state's prompt and the action taken there."""
-        if t < len(e.actions):
-            prompt, prompt_ids, gen = e.states[t], e.state_ids[t], e.actions[t]
+        if t < len(e.turns):
+            turn = e.turns[t]
+            prompt, prompt_ids, gen = turn.prompt_text, turn.prompt_ids, turn.generation
             ids, logprobs, finished = gen.token_ids, gen.logprobs, gen.finished
         else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
             prompt, prompt_ids, ids, logprobs, finished = "", [], [], [], True
         return self.trajectory(
-            examples[e.example_index], e.example_index, prompt_ids, ids, logprobs,
+            e.example, e.group, prompt_ids, ids, logprobs,
             "\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished,
             prompt_text=prompt,
-            meta={"state": state, "branch_step": t,
-                  "passages": {p.id: p for found in e.found for p in found}},
+            meta={"state": state, "branch_step": t, "passages": dict(e.passages)},
         )
 
     def extract_answer(self, trajectory: Trajectory) -> str:

@@ -29,6 +29,10 @@ Table A.6's ``t = M/2`` ones): ``val_top_t``. The order the model wrote its quer
 the ranking (the reward's AP trains it to put accurate branches first). ``val_predicted_queries:
 false`` is R2AG_base (Table 1, Section 3.2, D.2): only base queries retrieve.
 
+Both rollouts run through the episode loop (``lit_rag/episodes.py``): in inference each tree
+expands again as soon as its last expansion's documents are back; the reader starts once every
+tree is done, so Table 4's two times (retrieval, generation) stay apart.
+
 Where the paper is silent, what we do:
 
 - The user part of the prompt: ``Question: ...`` then the evidences numbered from 1 (the G.1
@@ -51,17 +55,24 @@ from dataclasses import dataclass, field
 import torch
 
 from lit_rag.api import (
+    Episode,
+    EpisodeLoop,
     Example,
+    Generate,
+    Generation,
     Passage,
+    Request,
     RetrievalEnvironment,
     Retriever,
     RolloutEngine,
     SamplingParams,
+    Search,
     Step,
     Trajectory,
     encode_prompts,
     extract_tag,
     normalize_answer,
+    start_episodes,
     tag_blocks,
 )
 
@@ -281,59 +292,57 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         group_size: int,
         params: SamplingParams,
     ) -> list[Trajectory]:
+        """One expansion per sample: generate, then retrieve the top-``top_k`` of every query."""
         prompts = self.prompts(examples, engine.tokenizer, group_size)
-        generations = engine.generate(prompts.repeated, params)
-        parsed = [
-            parse_expansion(self.assistant_prefix + g.text, self.max_queries) for g in generations
-        ]
-        hits = self._search([p.base + p.predicted for p in parsed], self.top_k)
-        trajectories = []
-        for group, gen, exp, found in zip(prompts.groups, generations, parsed, hits):
-            example = examples[group]
-            state = tree_state(example)
-            steps = [
-                Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs])
-                for kind, q, hs in zip(
-                    ["base"] * len(exp.base) + ["predicted"] * len(exp.predicted),
-                    exp.base + exp.predicted,
-                    found,
-                )
-            ]
-            if exp.stop:
-                steps.append(Step(action="stop"))
-            passages = {h.passage.id: h.passage for hs in found for h in hs}
-            trajectories.append(
-                self.trajectory(
-                    example,
-                    group,
-                    prompts.ids[group],
-                    gen.token_ids,
-                    gen.logprobs,
-                    self.assistant_prefix + gen.text,
-                    steps=steps,
-                    truncated=not gen.finished,
-                    prompt_text=prompts.texts[group],
-                    meta={
-                        "depth": state["depth"],
-                        "prior": list(state["retrieved"]),
-                        "think": exp.think,
-                        "stop": exp.stop,
-                        "segments": exp.segments,
-                        "passages": passages,
-                    },
-                )
-            )
-        return trajectories
+        loop = EpisodeLoop(engine, params, self.retriever)
+        handlers = {
+            "start": lambda loop, e, _: Generate("expanded", e.prompt_ids, loop.params, e.prompt_text),
+            "expanded": lambda loop, e, gen: Search("retrieved", self._queries(e, gen), self.top_k),
+            "retrieved": self._expanded,
+        }
+        episodes = loop.run(start_episodes(examples, prompts), handlers)  # [B*G]
+        return [self._expansion_trajectory(e) for e in episodes]
 
-    def _search(self, queries_per_row: list[list[str]], k: int) -> list[list[list]]:
-        """One batched retriever call for every query of every row; hits regrouped by row."""
-        flat = [q for qs in queries_per_row for q in qs]
-        results = self.retriever.search(flat, k) if flat else []
-        out, pos = [], 0
-        for qs in queries_per_row:
-            out.append(results[pos : pos + len(qs)])
-            pos += len(qs)
-        return out
+    def _parse(self, gen: Generation) -> Expansion:
+        return parse_expansion(self.assistant_prefix + gen.text, self.max_queries)
+
+    def _queries(self, e: Episode, gen: Generation) -> list[str]:
+        exp = self._parse(gen)
+        return exp.base + exp.predicted
+
+    def _expanded(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
+        """Each query with its retrieved documents is a new vertex (a step); "stop retrieval"
+        is a ``stop`` step."""
+        exp = self._parse(e.turns[-1].generation)
+        kinds = ["base"] * len(exp.base) + ["predicted"] * len(exp.predicted)
+        for kind, q, hs in zip(kinds, exp.base + exp.predicted, hits):
+            e.steps.append(Step(action=kind, query=q, passage_ids=e.retrieved(hs)))
+        if exp.stop:
+            e.steps.append(Step(action="stop"))
+        return None
+
+    def _expansion_trajectory(self, e: Episode) -> Trajectory:
+        gen = e.turns[-1].generation
+        exp, state = self._parse(gen), tree_state(e.example)
+        return self.trajectory(
+            e.example,
+            e.group,
+            e.prompt_ids,
+            gen.token_ids,
+            gen.logprobs,
+            self.assistant_prefix + gen.text,
+            steps=e.steps,
+            truncated=not gen.finished,
+            prompt_text=e.prompt_text,
+            meta={
+                "depth": state["depth"],
+                "prior": list(state["retrieved"]),
+                "think": exp.think,
+                "stop": exp.stop,
+                "segments": exp.segments,
+                "passages": dict(e.passages),
+            },
+        )
 
     # ---- the RR-Forest (Algorithm 1): pruned trees re-enter the pool -----------------------
     def next_contexts(self, trajectories: list[Trajectory]) -> list[Example]:
@@ -384,74 +393,42 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         self, examples: list[Example], engine: RolloutEngine, params: SamplingParams
     ) -> list[Trajectory]:
         """Expand each question's tree to the end (top-t/x branches per expansion), then answer
-        from what it retrieved."""
-        tok = engine.tokenizer
-        n = len(examples)
-        evidence: list[dict[str, Passage]] = [{} for _ in range(n)]  # insertion order = rank
-        steps: list[list[Step]] = [[] for _ in range(n)]
-        iterations, dropped = [0] * n, [0] * n
-        live = list(range(n))
-        retrieval_s = 0.0
-        texts = [""] * n
-        for _ in range(self.max_iterations):
-            if not live:
-                break
-            started = time.perf_counter()
-            prompts = encode_prompts(
-                tok, [self.build_prompt(examples[i], tok, list(evidence[i].values())) for i in live]
-            )
-            generations = engine.generate(prompts, params)
-            parsed = [
-                parse_expansion(self.assistant_prefix + g.text, self.max_queries)
-                for g in generations
-            ]
-            kept = [select_branches(p, self.val_top_t, self.val_predicted_queries) for p in parsed]
-            hits = self._search([b + p for b, p in kept], self.val_top_k)
-            still = []
-            for i, gen, exp, (base, predicted), found in zip(live, generations, parsed, kept, hits):
-                iterations[i] += 1
-                dropped[i] += len(exp.base) + len(exp.predicted) - len(base) - len(predicted)
-                texts[i] += self.assistant_prefix + gen.text + "\n"
-                for kind, q, hs in zip(
-                    ["base"] * len(base) + ["predicted"] * len(predicted), base + predicted, found
-                ):
-                    steps[i].append(
-                        Step(action=kind, query=q, passage_ids=[h.passage.id for h in hs])
-                    )
-                    for h in hs:
-                        evidence[i].setdefault(h.passage.id, h.passage)
-                if exp.stop:
-                    steps[i].append(Step(action="stop"))
-                elif base or predicted:
-                    still.append(i)
-            live = still
-            retrieval_s += time.perf_counter() - started
+        from what it retrieved.
+
+        Each tree expands as soon as its last expansion's documents are back; the reader
+        starts once every tree is done, so the two times of Table 4 stay apart.
+        """
+        loop = EpisodeLoop(engine, params, self.retriever)
+        trees = [Episode(ex, i, [], meta={"iterations": 0, "dropped": 0}) for i, ex in enumerate(examples)]
         started = time.perf_counter()
-        answers = self._read(examples, [list(e.values()) for e in evidence], engine)
+        loop.run(trees, {"start": self._expand, "expanded": self._select, "retrieved": self._grown})
+        retrieval_s = time.perf_counter() - started
+        started = time.perf_counter()
+        answers = self._read(trees, engine)
         generation_s = time.perf_counter() - started
+        n = len(examples)
         out = []
-        for i, ex in enumerate(examples):
-            ids, lp, text, finished = answers[i]
+        for e, (ids, lp, text, finished) in zip(trees, answers):
             out.append(
                 self.trajectory(
-                    ex,
-                    i,
+                    e.example,
+                    e.group,
                     [],  # the trees' prompts are many; the reader's answer is the completion
                     ids,
                     lp,
                     text,
-                    steps=steps[i],
+                    steps=e.steps,
                     truncated=not finished,
-                    prompt_text=texts[i],
+                    prompt_text=e.text,
                     meta={
                         "depth": 0,
                         "prior": [],
-                        "ranked": list(evidence[i]),
-                        "iterations": iterations[i],
-                        "dropped_branches": dropped[i],
+                        "ranked": list(e.passages),
+                        "iterations": e.meta["iterations"],
+                        "dropped_branches": e.meta["dropped"],
                         "retrieval_s": retrieval_s / n,
                         "generation_s": generation_s / n,
-                        "stop": any(s.action == "stop" for s in steps[i]),
+                        "stop": any(s.action == "stop" for s in e.steps),
                         "think": True,
                         "segments": 0,
                     },
@@ -459,26 +436,64 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             )
         return out
 
-    def _read(self, examples: list[Example], documents: list[list[Passage]], engine: RolloutEngine):
+    def _expand(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
+        """Ask for the next expansion from the evidence so far, up to L_MAX-I of them."""
+        if e.meta["iterations"] >= self.max_iterations:
+            return None
+        prompt = self.build_prompt(e.example, loop.tokenizer, list(e.passages.values()))
+        return Generate("expanded", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
+
+    def _branches(self, gen: Generation) -> tuple[Expansion, list[str], list[str]]:
+        """The expansion and the base and predicted queries its top-t/x selection keeps."""
+        exp = self._parse(gen)
+        base, predicted = select_branches(exp, self.val_top_t, self.val_predicted_queries)
+        return exp, base, predicted
+
+    def _select(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
+        """An expansion came back: retrieve for the branches the top-t/x selection keeps."""
+        exp, base, predicted = self._branches(gen)
+        e.meta["iterations"] += 1
+        e.meta["dropped"] += len(exp.base) + len(exp.predicted) - len(base) - len(predicted)
+        e.pieces.append(self.assistant_prefix + gen.text + "\n")
+        return Search("retrieved", base + predicted, self.val_top_k)
+
+    def _grown(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
+        """The kept branches are new vertices, their documents the evidence (in rank order);
+        the tree grows until "stop retrieval" or an expansion without queries."""
+        exp, base, predicted = self._branches(e.turns[-1].generation)
+        kinds = ["base"] * len(base) + ["predicted"] * len(predicted)
+        for kind, q, hs in zip(kinds, base + predicted, hits):
+            e.steps.append(Step(action=kind, query=q, passage_ids=e.retrieved(hs)))
+        if exp.stop:
+            e.steps.append(Step(action="stop"))
+            return None
+        return self._expand(loop, e) if base or predicted else None
+
+    def _read(self, trees: list[Episode], engine: RolloutEngine) -> list[tuple]:
+        """The reader's answer of each tree from its retrieved documents, greedy:
+        ``(ids, logprobs, text, finished)``."""
         empty = (torch.zeros(0, dtype=torch.long), torch.zeros(0), "", True)
         if not self.reader_prompt:
-            return [empty] * len(examples)
-        tok = engine.tokenizer
-        texts = []
-        for ex, docs in zip(examples, documents):
-            listing = (
-                "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(docs))
-                or NO_EVIDENCE
-            )
-            user = self.reader_prompt.format(documents=listing, question=ex.question)
-            texts.append(self.chat(tok, "", user))
-        prompts = encode_prompts(tok, texts)
+            return [empty] * len(trees)
         params = SamplingParams(
             max_new_tokens=self.reader_max_new_tokens, temperature=0.0, stop=["</answer>"]
         )
+        loop = EpisodeLoop(engine, params)
+        readers = [Episode(e.example, e.group, [], passages=e.passages) for e in trees]
+        loop.run(readers, {"start": self._ask_reader, "answered": lambda loop, e, gen: None})
         return [
-            (g.token_ids, g.logprobs, g.text, g.finished) for g in engine.generate(prompts, params)
+            (g.token_ids, g.logprobs, g.text, g.finished)
+            for g in (e.turns[-1].generation for e in readers)
         ]
+
+    def _ask_reader(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
+        listing = (
+            "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(e.passages.values()))
+            or NO_EVIDENCE
+        )
+        user = self.reader_prompt.format(documents=listing, question=e.example.question)
+        prompt = self.chat(loop.tokenizer, "", user)
+        return Generate("answered", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
 
     def extract_answer(self, trajectory: Trajectory) -> str:
         answer = extract_tag(trajectory.text, "answer")
