@@ -353,7 +353,9 @@ class VLLMEngine(RolloutEngine):
         for owner, queued in enumerate(owners):
             groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
             for ticket, prompt, params in queued:
-                key = (tuple(prompt), repr(params))
+                # vLLM refuses n > 1 with greedy sampling: identical greedy prompts (a question
+                # asked twice in one validation batch) go as separate requests
+                key = (tuple(prompt), repr(params), ticket if params.greedy else None)
                 groups.setdefault(key, (prompt, params, []))[2].append(ticket)
             for prompt, params, tickets in groups.values():
                 kwargs = to_vllm_sampling(params)

@@ -214,3 +214,13 @@ def test_bf16_in_a_fresh_process(folder) -> None:
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("generated ")]
     lengths = [int(n) for n in line[len("generated ["):-1].split(",")]
     assert len(lengths) == 4 and all(1 <= n <= 4 for n in lengths), line
+
+
+def test_identical_greedy_prompts_are_separate_requests(folder) -> None:
+    # vLLM refuses n > 1 with greedy sampling (a question asked twice in one validation batch,
+    # e.g. the R2AG reader of a question's repeated trees)
+    model, tok = _policy(folder)
+    engine = _engine(model, tok)
+    prompt = _prompts(tok)[0]
+    gens = engine.generate([prompt, prompt], SamplingParams(max_new_tokens=5, temperature=0.0))
+    assert [g.token_ids.tolist() for g in gens] == [_hf_greedy(model, prompt, 5)] * 2
