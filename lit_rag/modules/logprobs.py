@@ -70,16 +70,7 @@ def completion_logprobs(
     # position t predicts token t+1: hidden[start-1 : width-1] predicts the completion
     h = hidden[:, start - 1 : width - 1].reshape(batch * completion_length, -1)  # [B*C, H]
     targets = input_ids[:, start:].reshape(-1)  # [B*C]
-    out = []
-    for i in range(0, h.shape[0], chunk_tokens):
-        hc, tc = h[i : i + chunk_tokens], targets[i : i + chunk_tokens]
-        if torch.is_grad_enabled() and hc.requires_grad:
-            out.append(
-                checkpoint(_chunk_logprobs, head, hc, tc, temperature, softcap, use_reentrant=False)
-            )
-        else:
-            out.append(_chunk_logprobs(head, hc, tc, temperature, softcap))
-    return torch.cat(out).view(batch, completion_length)
+    return _head_logprobs(head, h, targets, temperature, softcap, chunk_tokens).view(batch, completion_length)
 
 
 def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
