@@ -99,8 +99,33 @@ def _resolve_override(key: str, value: str) -> str:
     return value
 
 
+def _precision(value: Any, accelerator: str | None) -> Any:
+    """``auto`` resolved for this machine (torch imported only then)."""
+    if value != "auto":
+        return value
+    from lit_rag.precision import resolve_precision
+
+    return resolve_precision(value, accelerator)
+
+
+def _accelerator(args: list[str]) -> str | None:
+    """The ``trainer.accelerator`` these arguments ask for (the last one given wins)."""
+    found = None
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key in ("--config", "-c") and (eq or i + 1 < len(args)):
+            trainer = _load_recipe(value if eq else args[i + 1]).get("trainer")
+            if isinstance(trainer, dict) and trainer.get("accelerator") is not None:
+                found = str(trainer["accelerator"])
+        elif key == "--trainer.accelerator" and (eq or i + 1 < len(args)):
+            found = value if eq else args[i + 1]
+    return found
+
+
 def resolve_args(args: list[str]) -> list[str]:
-    """Rewrite ``--config`` files and ``--x.reward=name`` overrides (plugin names -> paths)."""
+    """Rewrite ``--config`` files and ``--x.reward=name`` overrides (plugin names -> paths;
+    ``trainer.precision: auto`` -> the precision this machine runs fast, see lit_rag.precision)."""
+    accelerator = _accelerator(args)
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -111,12 +136,15 @@ def resolve_args(args: list[str]) -> list[str]:
             path = value if eq else args[i + 1]
             original = _load_recipe(path)
             resolved = resolve_config(original)
+            trainer = resolved.get("trainer")
+            if isinstance(trainer, dict) and "precision" in trainer:
+                trainer["precision"] = _precision(trainer["precision"], accelerator)
             out += ["--config", path if resolved == original else yaml.safe_dump(resolved, sort_keys=False)]
             i += 1 if eq else 2
             continue
         if key.startswith("--") and (eq or has_next):
             raw = value if eq else args[i + 1]
-            new = _resolve_override(key, raw)
+            new = _precision(raw, accelerator) if key == "--trainer.precision" else _resolve_override(key, raw)
             out += [f"{key}={new}"] if eq else [key, new]
             i += 1 if eq else 2
             continue

@@ -81,6 +81,7 @@ from collections.abc import Iterator
 import torch
 
 from lit_rag.models import has_adapters
+from lit_rag.precision import resolve_dtype
 from lit_rag.rollout import vllm_ranks
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
@@ -110,7 +111,8 @@ class VLLMEngine(RolloutEngine):
     Args:
         model_path: Weights vLLM loads at start (HF folder or hub id); default: the policy's
             own folder (the base model's for a LoRA policy; the converted folder of a GGUF).
-        dtype: vLLM weight dtype (``auto`` = the checkpoint's; ``bfloat16`` on AMX CPUs).
+        dtype: vLLM weight dtype (``auto`` = the checkpoint's; ``native`` = ``bfloat16`` where the
+            device computes bf16 natively, else ``float32``: see :mod:`lit_rag.precision`).
         kv_cache_gib: KV cache size in GiB (vLLM's ``kv_cache_memory_bytes``); default: 2 on
             CPU, on GPU the share ``gpu_memory_utilization`` leaves.
         gpu_memory_utilization: Fraction of GPU memory vLLM may take (weights + KV cache).
@@ -376,7 +378,7 @@ class VLLMEngine(RolloutEngine):
         """Keyword arguments of ``vllm.LLM`` for this engine and the bound policy."""
         kwargs = {
             "model": self._resolve_model_path(),
-            "dtype": self.dtype,
+            "dtype": resolve_dtype(self.dtype, None),
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "tensor_parallel_size": self.tensor_parallel_size,
             "max_model_len": self.max_model_len,
