@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from lit_rag.modules import prefix_attention
 from lit_rag.modules.packing import Packed, model_mask
 
 
@@ -89,7 +90,7 @@ def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
 
 def packed_logprobs(
     model: torch.nn.Module, packed: Packed, temperature: float = 1.0, chunk_tokens: int = 512,
-    through_forward: bool = False,
+    through_forward: bool = False, split: bool = True,
 ) -> torch.Tensor:
     """``[rows, width]`` log-probs of the completion tokens of a packed micro-batch
     (:func:`lit_rag.modules.packing.pack`; 0 where a row has no token).
@@ -98,15 +99,21 @@ def packed_logprobs(
     that predict a completion token, in chunks (see :func:`completion_logprobs`).
     ``through_forward``: call the model's own forward instead (FSDP, ZeRO-3: see
     :func:`root_forward_logprobs`), keeping the logits of the predicting positions only.
+    ``split``: a shared prompt's attention runs split by prompt and completions
+    (:mod:`lit_rag.modules.prefix_attention`) where the model's attention allows; ``False``
+    keeps the dense block mask (the same values).
     """
     base = _base_model(model)
-    mask = model_mask(packed.attention_mask, getattr(base.config, "_attn_implementation", None))
+    if packed.layout is not None and split and prefix_attention.enable(base):
+        inputs = {"attention_mask": None, "shared_prefix": packed.layout}  # no dense block mask
+    else:
+        inputs = {"attention_mask": model_mask(packed.attention_mask, getattr(base.config, "_attn_implementation", None))}
     softcap = getattr(base.config, "final_logit_softcapping", None)
     rows, positions = packed.sources[:, 0], packed.sources[:, 1]
     if through_forward:
         keep = torch.unique(positions)  # sorted
-        logits = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
-                       use_cache=False, logits_to_keep=keep).logits  # [R, K, V]
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                       use_cache=False, logits_to_keep=keep, **inputs).logits  # [R, K, V]
         # (the model's forward applies its own logit soft-capping)
         picked_logits = logits[rows, torch.searchsorted(keep, positions.contiguous())].float()  # [T, V]
         if temperature != 1.0:
@@ -114,7 +121,7 @@ def packed_logprobs(
         values = picked_logits.gather(-1, packed.targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(picked_logits, -1)
     else:
         hidden = base.get_decoder()(
-            input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids, use_cache=False,
+            input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **inputs,
         ).last_hidden_state  # [R, L, H]
         values = _head_logprobs(base.get_output_embeddings(), hidden[rows, positions], packed.targets,
                                 temperature, softcap, chunk_tokens)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lit_rag.modules.prefix_attention import Layout
+
 
 @dataclass
 class Packed:
@@ -46,6 +48,8 @@ class Packed:
         rows: Rows of the micro-batch (``N``).
         width: Completion columns of the result.
         real_tokens: Token positions that are not padding.
+        layout: Where each packed row's prompt and completions lie, when a sequence packs
+            several rows (the attention then runs split, :mod:`lit_rag.modules.prefix_attention`).
     """
 
     input_ids: torch.Tensor
@@ -57,6 +61,7 @@ class Packed:
     rows: int
     width: int
     real_tokens: int
+    layout: Layout | None = None
 
     def to(self, device: torch.device | str) -> Packed:
         """Every tensor on ``device``."""
@@ -109,6 +114,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
     else:
         allowed = torch.zeros((size, span), dtype=torch.long)
     sources, targets, slots = [], [], []
+    segments: list[tuple[tuple[int, int], ...]] = []
     for r, unit in enumerate(units):
         prompt = rows[unit[0]][0]
         p = len(prompt)
@@ -118,7 +124,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
             allowed[r, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
         else:
             allowed[r, :p] = 1
-        start = p
+        start, spans = p, []
         for i in unit:
             completion = rows[i][1]
             c = len(completion)
@@ -137,13 +143,16 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
             sources.extend((r, pos) for pos in before)
             targets.extend(completion)
             slots.extend(i * width + j for j in range(c))
+            spans.append((start, c))
             start += c
+        segments.append(tuple(spans))
     return Packed(
         input_ids=ids, position_ids=positions,
         attention_mask=allowed.unsqueeze(1) if shared else allowed,
         sources=torch.tensor(sources, dtype=torch.long).view(-1, 2),
         targets=torch.tensor(targets, dtype=torch.long), slots=torch.tensor(slots, dtype=torch.long),
         rows=len(rows), width=width, real_tokens=sum(lengths),
+        layout=Layout(tuple(len(rows[u[0]][0]) for u in units), tuple(segments)) if shared else None,
     )
 
 
@@ -151,7 +160,7 @@ def model_mask(mask: torch.Tensor, attn_implementation: str | None) -> torch.Ten
     """The packed mask in the form the model's attention takes: SDPA and flex take booleans
     (True: attend); eager attention adds the mask to its scores, so it gets 0 / the dtype's
     minimum."""
-    if mask.dim() != 4 or attn_implementation in (None, "sdpa", "flex_attention"):
+    if mask.dim() != 4 or attn_implementation in (None, "sdpa", "lit_rag_sdpa", "flex_attention"):
         return mask
     blocked = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     return blocked.masked_fill(~mask, torch.finfo(torch.float32).min)

@@ -90,6 +90,58 @@ def test_shared_equals_unshared(kind, lora):
     assert torch.allclose(shared[mask], before.detach()[mask], rtol=RTOL, atol=ATOL)
 
 
+def _grouped_query_model() -> torch.nn.Module:
+    """A tiny Llama with 4 query heads sharing 2 key/value heads (SmolLM2: 9 and 3)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")
+    return LlamaForCausalLM(config).train()
+
+
+@pytest.mark.parametrize("model_kind", ["full", "lora", "grouped_query"])
+@pytest.mark.parametrize("kind", ["single_turn", "multi_turn"])
+def test_split_attention_equals_the_block_mask(kind, model_kind):
+    # lit_rag.modules.prefix_attention: the prompt causal, the completions against prompt + own
+    # tokens, put back in the packed layout; values and gradients as the dense block mask gives
+    model = _grouped_query_model() if model_kind == "grouped_query" else _model(model_kind == "lora")
+    trajectories = _single_turn() if kind == "single_turn" else _multi_turn()
+    batch = collate(trajectories + _single_turn(), pad_id=0)  # packed rows of different lengths
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    assert packed.layout is not None and len(set(packed.layout.prompts)) >= 2
+
+    def run(split: bool):
+        model.zero_grad(set_to_none=True)
+        out = packed_logprobs(model, packed, temperature=0.7, chunk_tokens=5, split=split)
+        (out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)).sum().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    split, split_grads = run(True)
+    assert model.config._attn_implementation == "lit_rag_sdpa"  # the split path ran
+    masked, masked_grads = run(False)
+    mask = batch.completion_mask.bool()
+    assert torch.allclose(split[mask], masked[mask], rtol=RTOL, atol=ATOL)
+    assert set(split_grads) == set(masked_grads) and split_grads
+    for name, grad in split_grads.items():
+        assert torch.allclose(grad, masked_grads[name], rtol=RTOL, atol=ATOL), name
+
+
+def test_split_attention_under_gradient_checkpointing():
+    # a checkpointed layer is recomputed in the backward pass: the layout must reach it again
+    model = _model()
+    batch = collate(_single_turn(), pad_id=0)
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    plain, plain_grads, _ = _logprobs_and_grads(model, batch, batch.width, share=False)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    shared, shared_grads, _ = _logprobs_and_grads(model, batch, batch.width, share=True)
+    assert packed.layout is not None and model.config._attn_implementation == "lit_rag_sdpa"
+    mask = batch.completion_mask.bool()
+    assert torch.allclose(shared[mask], plain[mask], rtol=RTOL, atol=ATOL)
+    for name, grad in shared_grads.items():
+        assert torch.allclose(grad, plain_grads[name], rtol=RTOL, atol=ATOL), name
+
+
 def test_eager_attention_takes_an_additive_mask():
     batch = collate(_single_turn(), pad_id=0)
     sdpa = _model(attn="sdpa")
