@@ -81,7 +81,7 @@ def _register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
 
 
-def _sdpa(module, query, key, value, mask, dropout: float, scaling: float | None, causal: bool) -> torch.Tensor:
+def _sdpa(query, key, value, mask, dropout: float, scaling: float | None, causal: bool) -> torch.Tensor:
     """``[b, q, H, D]`` attention output. Grouped key/value heads are not repeated (``enable_gqa``:
     on the CPU with a mask as fast as the repeated form or faster, and no copy)."""
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
@@ -112,7 +112,7 @@ def prefix_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     rows = []
     for r, (p, segments) in enumerate(zip(shared_prefix.prompts, shared_prefix.completions)):
         q, k, v = query[r : r + 1], key[r : r + 1], value[r : r + 1]
-        pieces = [_sdpa(module, q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]]  # [p, H, D]
+        pieces = [_sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]]  # [p, H, D]
         if segments:
             n, width = len(segments), max(c for _, c in segments)
             keys = torch.cat([k[:, :, :p].expand(n, -1, -1, -1), _each(k, segments, width)], 2)  # [n, H_kv, p + width, D]
@@ -122,7 +122,7 @@ def prefix_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
             real = torch.arange(width, device=query.device) < lengths[:, None]  # [n, width] key is a token
             allowed = torch.cat([torch.ones(n, width, p, dtype=torch.bool, device=query.device),
                                  own & real[:, None, :]], 2).unsqueeze(1)  # [n, 1, width, p + width]
-            out = _sdpa(module, _each(q, segments, width), keys, values, allowed, dropout, scaling, False)  # [n, width, H, D]
+            out = _sdpa(_each(q, segments, width), keys, values, allowed, dropout, scaling, False)  # [n, width, H, D]
             pieces += [out[j, :c] for j, (_, c) in enumerate(segments)]
         used = p + sum(c for _, c in segments)
         if used < length:  # padding of the micro-batch: attends nowhere, read by nothing
