@@ -30,8 +30,12 @@ Shared by all runs:
   per-sequence loss averaging (TRL ``loss_type="grpo"``), group-std reward scaling,
   AdamW lr 1e-6 betas (0.9, 0.999) wd 0, constant schedule, grad-norm clip 1.0, fp32 weights.
   Memory strategies differ: lit-rag accumulates micro-batches of at most
-  ``--micro-batch-tokens`` packed token positions with full activations; TRL does one fwd+bwd
-  over the batch with gradient checkpointing (its default).
+  ``--micro-batch-tokens`` packed token positions with selective activation checkpointing
+  (its default: matmul and attention outputs kept, element-wise work recomputed); TRL does one
+  fwd+bwd over the batch with full gradient checkpointing (its default).
+- allocator: lit-rag's children run with tcmalloc preloaded, as ``lit-rag fit`` starts itself
+  (``lit_rag/preload.py``); TRL's with glibc's malloc, as ``python train.py`` starts, unless
+  ``--trl-tcmalloc`` (then TRL gets the same library).
 
 lit-rag runs twice per engine (``--share-prefix both``, the default): with a group's prompt
 computed once in the update (``share_prefix: true``, the module's default, row "lit-rag
@@ -93,6 +97,8 @@ TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
 LABELS = {"lit-rag:hf": "lit-rag (hf)", "lit-rag:vllm": "lit-rag (vllm)",
           "lit-rag:hf:unshared": "lit-rag (hf, unshared)", "lit-rag:vllm:unshared": "lit-rag (vllm, unshared)",
           "trl:vllm": "TRL (vLLM colocate, bf16)", "trl:hf": "TRL (bf16)"}
+#: lit-rag's named parts of the update (PolicyModule.optimize) and the engine's weight push
+UPDATE_PARTS = ("time/reference_s", "time/forward_s", "time/backward_s", "time/optimizer_s", "time/weight_sync_s")
 TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = 0.9, 1.0, 1e-6, (0.9, 0.999), 0.2, 1.0, 0
 
 
@@ -112,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trl-vllm", choices=("auto", "off"), default="auto",
                    help="auto: TRL with vLLM colocate, without vLLM if that fails; off: TRL without vLLM")
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
+    p.add_argument("--trl-tcmalloc", action="store_true",
+                   help="TRL's children with tcmalloc preloaded too (lit-rag's always, as lit-rag fit)")
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
     p.add_argument("--micro-batch", type=int, default=None,
                    help="lit-rag: most rows per fwd+bwd (default: none, the token budget alone)")
@@ -283,6 +291,7 @@ def _lit_rag_timer():
             self.parts: list[tuple[float, float]] = []
             self.tokens: list[int] = []
             self.trained: list[float] = []
+            self.update_parts: list[dict[str, float]] = []
             self.baseline = 0.0
             self.threads = 0
             self.prompt_tokens = 0.0
@@ -303,6 +312,7 @@ def _lit_rag_timer():
             m = step.metrics
             self.parts.append((float(m["time/rollout_s"]), float(m["time/update_s"])))
             self.trained.append(float(m.get("tokens/trained", 0.0)))
+            self.update_parts.append({k: float(m[k]) for k in UPDATE_PARTS if k in m})
             trajectories = step.trajectories
             self.tokens.append(int(sum(t.num_generated for t in trajectories)))
             self.prompt_tokens += sum(t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size])
@@ -333,6 +343,7 @@ def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True
         timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], timer.baseline,
         fit_s=done - fit_started, total_s=done - started, threads=timer.threads,
         mean_prompt_tokens=timer.prompt_tokens / _num_examples(args), trained_tokens=timer.trained[skip:],
+        update_parts=timer.update_parts[skip:],
     )
 
 
@@ -507,11 +518,27 @@ def child_main(args: argparse.Namespace) -> None:
     Path(args._result).write_text(json.dumps(result))
 
 
-def spawn(child: str, argv: list[str], verbose: bool, threads: int) -> dict:
+def allocator(child: str, trl_tcmalloc: bool) -> str | None:
+    """The library a child preloads: lit-rag's children tcmalloc, as ``lit-rag fit`` starts
+    itself (``lit_rag/preload.py``; none where the system lacks it or ``LIT_RAG_PRELOAD=0``);
+    TRL's as ``python train.py`` starts, glibc's allocator, unless ``--trl-tcmalloc``."""
+    from lit_rag.preload import tcmalloc_path
+
+    if os.environ.get("LIT_RAG_PRELOAD", "1") == "0" or "tcmalloc" in os.environ.get("LD_PRELOAD", ""):
+        return None
+    if child.startswith("trl") and not trl_tcmalloc:
+        return None
+    return tcmalloc_path()
+
+
+def spawn(child: str, argv: list[str], verbose: bool, threads: int, trl_tcmalloc: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [sys.executable, os.path.abspath(__file__), *argv, "--_child", child, "--_result", str(result_file)]
         env = dict(os.environ)
+        library = allocator(child, trl_tcmalloc)
+        if library:
+            env["LD_PRELOAD"] = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env.setdefault("HF_HUB_OFFLINE", "1")
@@ -543,17 +570,17 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, dict],
         for engine in args.engines:
             for variant in variants:
                 child = f"lit-rag:{engine}{variant}"
-                results[LABELS[child]] = spawn(child, argv, args.verbose, args.threads)
+                results[LABELS[child]] = spawn(child, argv, args.verbose, args.threads, args.trl_tcmalloc)
     vllm_error = None
     if args.only in ("trl", "both"):
         if args.trl_vllm == "auto":
-            result = spawn("trl:vllm", argv, args.verbose, args.threads)
+            result = spawn("trl:vllm", argv, args.verbose, args.threads, args.trl_tcmalloc)
             if result.get("ok"):
                 results[LABELS["trl:vllm"]] = result
                 return results, None
             vllm_error = result.get("error", "?") + (f" (full log: {result['log']})" if result.get("log") else "")
             print(f"[{LABELS['trl:vllm']}] failed, falling back to TRL without vLLM: {vllm_error}", flush=True)
-        results[LABELS["trl:hf"]] = spawn("trl:hf", argv, args.verbose, args.threads)
+        results[LABELS["trl:hf"]] = spawn("trl:hf", argv, args.verbose, args.threads, args.trl_tcmalloc)
     return results, vllm_error
 
 
@@ -605,6 +632,9 @@ def _print_details(results: dict[str, dict]) -> None:
         line = (f"{name}: per-step wall [{steps}] s; fit {r['fit_s']:.1f} s; baseline RSS "
                 f"{r['baseline_rss_mib']:.0f} MiB; mean prompt {r['mean_prompt_tokens']:.0f} tokens; "
                 f"torch threads {r['threads']}")
+        if r.get("update_parts"):
+            parts = {k: _mean([p.get(k, 0.0) for p in r["update_parts"]]) for k in UPDATE_PARTS}
+            line += "; update = " + " + ".join(f"{k[5:-2]} {v:.2f}" for k, v in parts.items()) + " s + the rest"
         if r.get("extra_prompt_tokens"):
             line += f"; NOTE: TRL's tokenization added {r['extra_prompt_tokens']} special token(s) to the prompts"
         print(line)
@@ -657,6 +687,10 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     print(f"data: {args.data}" + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else ""))
     print(f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} "
           f"with accumulation, vllm engine {json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false")
+    print("allocator: " + "; ".join(f"{who} {allocator(child, args.trl_tcmalloc) or 'glibc malloc'}"
+                                    for who, child in (("lit-rag", "lit-rag:vllm"), ("TRL", "trl:hf"))
+                                    if args.only in ("both", who.lower()))
+          + " (lit-rag preloads tcmalloc in lit-rag fit; --trl-tcmalloc gives TRL the same)")
     if args.only != "lit-rag":
         print(f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
               + (f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}" if trl_vllm_error else

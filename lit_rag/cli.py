@@ -108,13 +108,17 @@ def _precision(value: Any, accelerator: str | None) -> Any:
     return resolve_precision(value, accelerator)
 
 
-def _accelerator(args: list[str]) -> str | None:
-    """The ``trainer.accelerator`` these arguments ask for (the last one given wins)."""
+def _accelerator(args: list[str], recipes: dict[str, dict]) -> str | None:
+    """The ``trainer.accelerator`` these arguments ask for (the last one given wins);
+    ``recipes`` keeps every recipe read, by path, so that each file is parsed once."""
     found = None
     for i, arg in enumerate(args):
         key, eq, value = arg.partition("=")
         if key in ("--config", "-c") and (eq or i + 1 < len(args)):
-            trainer = _load_recipe(value if eq else args[i + 1]).get("trainer")
+            path = value if eq else args[i + 1]
+            if path not in recipes:
+                recipes[path] = _load_recipe(path)
+            trainer = recipes[path].get("trainer")
             if isinstance(trainer, dict) and trainer.get("accelerator") is not None:
                 found = str(trainer["accelerator"])
         elif key == "--trainer.accelerator" and (eq or i + 1 < len(args)):
@@ -125,7 +129,8 @@ def _accelerator(args: list[str]) -> str | None:
 def resolve_args(args: list[str]) -> list[str]:
     """Rewrite ``--config`` files and ``--x.reward=name`` overrides (plugin names -> paths;
     ``trainer.precision: auto`` -> the precision this machine runs fast, see lit_rag.precision)."""
-    accelerator = _accelerator(args)
+    recipes: dict[str, dict] = {}
+    accelerator = _accelerator(args, recipes)
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -134,7 +139,7 @@ def resolve_args(args: list[str]) -> list[str]:
         has_next = not eq and i + 1 < len(args) and not args[i + 1].startswith("--")
         if key in ("--config", "-c") and (eq or has_next):
             path = value if eq else args[i + 1]
-            original = _load_recipe(path)
+            original = recipes[path] if path in recipes else _load_recipe(path)
             resolved = resolve_config(original)
             trainer = resolved.get("trainer")
             if isinstance(trainer, dict) and "precision" in trainer:

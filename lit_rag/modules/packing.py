@@ -38,9 +38,8 @@ class Packed:
     Args:
         input_ids: ``[R, L]`` packed sequences, right-padded.
         position_ids: ``[R, L]`` each token's position in its own (unpacked) row.
-        attention_mask: ``[R, L]`` padding mask when no sequence packs several rows, else
-            ``[R, 1, L, L]`` boolean, True where a query token (dim 2) may attend to a key
-            token (dim 3).
+        padding: ``[R, L]`` 1 at tokens, 0 at padding (the attention mask when no sequence
+            packs several rows; see :attr:`attention_mask`).
         sources: ``[T, 2]`` (packed row, position) of the hidden state that predicts each
             completion token.
         targets: ``[T]`` the completion tokens.
@@ -54,7 +53,7 @@ class Packed:
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    padding: torch.Tensor
     sources: torch.Tensor
     targets: torch.Tensor
     slots: torch.Tensor
@@ -66,7 +65,30 @@ class Packed:
     def to(self, device: torch.device | str) -> Packed:
         """Every tensor on ``device``."""
         return replace(self, **{name: getattr(self, name).to(device) for name in
-                                ("input_ids", "position_ids", "attention_mask", "sources", "targets", "slots")})
+                                ("input_ids", "position_ids", "padding", "sources", "targets", "slots")})
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """The mask of the masked (not split) computation: :attr:`padding` when no sequence
+        packs several rows, else the ``[R, 1, L, L]`` boolean block mask, True where a query
+        token (dim 2) may attend to a key token (dim 3). Built on each use (``L^2`` per packed
+        row), since the split attention needs none of it."""
+        if self.layout is None:
+            return self.padding
+        return block_mask(self.layout, self.input_ids.shape[1], self.input_ids.device)
+
+
+def block_mask(layout: Layout, span: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[R, 1, span, span]`` boolean: a prompt token sees the prompt's earlier tokens, a
+    completion token the prompt and its own completion's earlier tokens, and a padding token
+    itself only (a fully masked row would give NaN)."""
+    allowed = torch.eye(span, dtype=torch.bool, device=device).unsqueeze(0).repeat(len(layout.prompts), 1, 1)
+    for r, (p, segments) in enumerate(zip(layout.prompts, layout.completions)):
+        allowed[r, :p, :p] = torch.ones(p, p, dtype=torch.bool, device=device).tril()
+        for start, c in segments:
+            allowed[r, start : start + c, :p] = True
+            allowed[r, start : start + c, start : start + c] = torch.ones(c, c, dtype=torch.bool, device=device).tril()
+    return allowed.unsqueeze(1)
 
 
 def split_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> list[tuple[tuple[int, ...], list[int]]]:
@@ -108,11 +130,8 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
     size, span = len(units), max(lengths)
     ids = torch.full((size, span), pad_id, dtype=torch.long)
     positions = torch.zeros((size, span), dtype=torch.long)
+    padding = torch.zeros((size, span), dtype=torch.long)
     shared = any(len(u) > 1 for u in units)
-    if shared:  # padding attends to itself only (a fully masked row would give NaN)
-        allowed = torch.eye(span, dtype=torch.bool).unsqueeze(0).repeat(size, 1, 1)
-    else:
-        allowed = torch.zeros((size, span), dtype=torch.long)
     sources, targets, slots = [], [], []
     segments: list[tuple[tuple[int, int], ...]] = []
     for r, unit in enumerate(units):
@@ -120,10 +139,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
         p = len(prompt)
         ids[r, :p] = torch.tensor(prompt, dtype=torch.long)
         positions[r, :p] = torch.arange(p)
-        if shared:
-            allowed[r, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
-        else:
-            allowed[r, :p] = 1
+        padding[r, :p] = 1
         start, spans = p, []
         for i in unit:
             completion = rows[i][1]
@@ -132,11 +148,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
                 continue
             ids[r, start : start + c] = torch.tensor(completion, dtype=torch.long)
             positions[r, start : start + c] = torch.arange(p, p + c)
-            if shared:
-                allowed[r, start : start + c, :p] = True
-                allowed[r, start : start + c, start : start + c] = torch.ones(c, c, dtype=torch.bool).tril()
-            else:
-                allowed[r, start : start + c] = 1
+            padding[r, start : start + c] = 1
             # token j of the completion is predicted by the state before it: the prompt's last
             # token for j = 0, else the completion's token j - 1
             before = [p - 1] + list(range(start, start + c - 1))
@@ -148,7 +160,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
         segments.append(tuple(spans))
     return Packed(
         input_ids=ids, position_ids=positions,
-        attention_mask=allowed.unsqueeze(1) if shared else allowed,
+        padding=padding,
         sources=torch.tensor(sources, dtype=torch.long).view(-1, 2),
         targets=torch.tensor(targets, dtype=torch.long), slots=torch.tensor(slots, dtype=torch.long),
         rows=len(rows), width=width, real_tokens=sum(lengths),

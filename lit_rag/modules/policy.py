@@ -6,10 +6,12 @@ algorithm and rollout engine are plugins chosen in the recipe.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 
 import numpy as np
@@ -314,7 +316,8 @@ class PolicyModule(LightningModule):
                     self._logprobs(self.model, self._idle_batch(), 1)
             return out
 
-        with torch.no_grad():  # a rank without rows runs only the idle collective forwards here
+        clock = _Clock()
+        with torch.no_grad(), clock("time/reference_s"):  # a rank without rows runs only the idle forwards here
             if self.algorithm.needs_reference:
                 ref = per_row(lambda micro: self.reference_logprobs(micro, width))
                 if size:
@@ -339,12 +342,14 @@ class PolicyModule(LightningModule):
                     if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
                         engine.set_gradient_accumulation_boundary(index == passes - 1)
                     if index >= len(own):
-                        self.manual_backward(self._idle_loss())
+                        with clock("time/backward_s"):
+                            self.manual_backward(self._idle_loss())
                         continue
                     rows = own[index]
                     micro = batch.rows(rows)
                     packed = self._pack(micro, width)
-                    micro.logprobs = self._packed_logprobs(self.model, packed)
+                    with clock("time/forward_s"):
+                        micro.logprobs = self._packed_logprobs(self.model, packed)
                     if batch.old_logprobs is None:
                         micro.old_logprobs = micro.logprobs.detach()
                     fresh = [i for i, r in enumerate(rows.tolist()) if r not in seen]
@@ -353,25 +358,18 @@ class PolicyModule(LightningModule):
                         mismatch.add(micro.old_logprobs[fresh], micro.sampling_logprobs[fresh],
                                      micro.completion_mask[fresh])
                     trained += packed.real_tokens
-                    out = self.algorithm.loss(micro.to(self.device))
-                    self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
+                    with clock("time/forward_s"):
+                        out = self.algorithm.loss(micro.to(self.device))
+                    with clock("time/backward_s"):
+                        self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
                     # token weights are normalized over the (mini-)batch: its loss is the sum of
                     # the micro-batch losses; the other metrics are micro-batch means
                     sums["train/loss"] = sums.get("train/loss", 0.0) + float(out.loss.detach()) * scale
                     micro_count += 1
                     for key, value in out.metrics.items():
                         sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value)
-                if self.max_grad_norm is not None:
-                    if is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
-                        self.model.clip_grad_norm_(self.max_grad_norm)
-                    else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
-                        self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
-                                            gradient_clip_algorithm="norm")
-                rates.append(optimizer.param_groups[0]["lr"])  # the rate this optimizer step uses
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if scheduler is not None:
-                    scheduler.step()
+                with clock("time/optimizer_s"):
+                    self._optimizer_step(optimizer, scheduler, rates)
         optimizer_steps = self.algorithm.mu * steps
         metrics = {k: torch.tensor(v / (optimizer_steps if k == "train/loss" else max(1, micro_count)))
                    for k, v in sums.items()}
@@ -380,9 +378,24 @@ class PolicyModule(LightningModule):
         # scheduler.step(): after it the optimizer holds the next step's rate
         metrics["train/lr"] = torch.tensor(sum(rates) / len(rates))
         metrics["tokens/trained"] = torch.tensor(trained)  # through forward and backward (this rank)
+        metrics.update(clock.metrics())
         if steps > 1:
             metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
         return metrics
+
+    def _optimizer_step(self, optimizer, scheduler, rates: list[float]) -> None:
+        """Clip the accumulated gradient, step, clear it; ``rates`` gets the step's learning rate."""
+        if self.max_grad_norm is not None:
+            if is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
+                self.model.clip_grad_norm_(self.max_grad_norm)
+            else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
+                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
+                                    gradient_clip_algorithm="norm")
+        rates.append(optimizer.param_groups[0]["lr"])  # the rate this optimizer step uses
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if scheduler is not None:
+            scheduler.step()
 
     def _micro_slices(self, batch: TrainBatch, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
         """Micro-batches of ``rows`` within ``micro_batch_tokens`` packed token positions and
@@ -555,6 +568,25 @@ def _rng_states() -> dict:
         "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
                   float(gauss)],
     }
+
+
+class _Clock:
+    """Seconds spent in each named part of the update (``time/<part>_s``), summed over its
+    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        return {name: torch.tensor(seconds) for name, seconds in self.seconds.items()}
 
 
 class _Mismatch:

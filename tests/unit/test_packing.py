@@ -6,7 +6,8 @@ import torch
 
 from lit_rag.algorithm import collate
 from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model
-from lit_rag.modules.logprobs import completion_logprobs, packed_logprobs
+from lit_rag.modules import activation_checkpointing
+from lit_rag.modules.logprobs import _base_model, completion_logprobs, packed_logprobs
 from lit_rag.modules.packing import pack, packed_cost, plan_micro_batches, split_rows
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.types import Example, Trajectory
@@ -15,8 +16,10 @@ RTOL, ATOL = 1e-5, 1e-6
 
 
 def _model(lora: bool = False, attn: str | None = None) -> torch.nn.Module:
+    """A tiny policy without activation checkpointing (the tests that want it enable it)."""
     config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, vocab_size=512, seed=3),
-                         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None)
+                         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
+                         gradient_checkpointing="none")
     model = load_model(config).train()
     if attn is not None:
         model.config._attn_implementation = attn
@@ -127,13 +130,17 @@ def test_split_attention_equals_the_block_mask(kind, model_kind):
         assert torch.allclose(grad, masked_grads[name], rtol=RTOL, atol=ATOL), name
 
 
-def test_split_attention_under_gradient_checkpointing():
-    # a checkpointed layer is recomputed in the backward pass: the layout must reach it again
-    model = _model()
+@pytest.mark.parametrize("mode", ["selective", "full"])
+@pytest.mark.parametrize("lora", [False, True], ids=["full_ft", "lora"])
+def test_split_attention_under_gradient_checkpointing(mode, lora):
+    # a checkpointed layer is recomputed in the backward pass: the layout must reach it again;
+    # selective checkpointing replays the kept matmul / attention outputs in the recomputation
+    model = _model(lora)
     batch = collate(_single_turn(), pad_id=0)
     packed = pack(batch.input_ids, batch.attention_mask, batch.width)
     plain, plain_grads, _ = _logprobs_and_grads(model, batch, batch.width, share=False)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    activation_checkpointing.enable(model, mode)
+    assert _base_model(model).is_gradient_checkpointing
     shared, shared_grads, _ = _logprobs_and_grads(model, batch, batch.width, share=True)
     assert packed.layout is not None and model.config._attn_implementation == "lit_rag_sdpa"
     mask = batch.completion_mask.bool()
