@@ -20,7 +20,15 @@ Two workloads, each run through both engines (SmolLM2-135M-Instruct, the recipes
    keep the action at their branching state, R2AG's inference its reader's answer). The
    reference is one ``generate`` call over the first prompts of the same ``--prompts`` x
    ``--group-size`` rows producing as many new tokens per row as the episodes did.
-   Multi-turn cost per generated token = (reference tokens/s) / (multi-turn tokens/s).
+   Multi-turn cost per generated token = (reference tokens/s) / (multi-turn tokens/s); each
+   environment runs ``--repeats`` times (each run with its reference, from a cold prefix cache)
+   and the table shows the median run and every run's cost. On vLLM it also shows the tokens
+   generated per engine step (how many sequences decode together: on a CPU a step of 32
+   sequences costs ~2.8x a step of one, so a batch that thins out as episodes end costs more
+   per token), the prompt tokens it had to compute per generated token (a multi-turn episode
+   reads the documents inserted into it; prefix caching spares what it read before) and the
+   share of the rollout spent inside vLLM's steps (the rest is the environment's own work
+   between steps: handlers, retrieval, tokenizing).
 
 The ``hf`` engine runs as the trainer runs it under ``precision: bf16-mixed`` (fp32 weights,
 bf16 autocast); ``vllm`` in bf16, eager (``enforce_eager``), prefix caching on. Each engine
@@ -59,12 +67,48 @@ def load(recipe: str, extra: list[str]):
     return module, data.train_examples()
 
 
-def timed(fn, engine_name: str):
-    """Run ``fn`` as the trainer would for that engine; (result, seconds)."""
+class Steps:
+    """While active, counts the vLLM engine's steps, the seconds spent inside them and the
+    prompt tokens its finished requests had to compute (not found in the prefix cache);
+    nothing for the ``hf`` engine, which has no steps to count."""
+
+    def __init__(self, engine) -> None:
+        llm = getattr(engine, "_llm", None)
+        self.core = llm.llm_engine if llm is not None else None
+        self.count, self.seconds, self.prefilled = 0, 0.0, 0
+
+    def __enter__(self):
+        if self.core is not None:
+            inner = self.core.step
+
+            def step(*args, **kwargs):
+                started = time.perf_counter()
+                outputs = inner(*args, **kwargs)
+                self.count += 1
+                self.seconds += time.perf_counter() - started
+                for out in outputs:
+                    if out.finished:
+                        self.prefilled += len(out.prompt_token_ids) - (out.num_cached_tokens or 0)
+                return outputs
+
+            self.core.step = step
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.core is not None:
+            del self.core.step  # the class's own method again
+
+
+def timed(fn, engine, engine_name: str):
+    """Run ``fn`` as the trainer would for that engine, from a cold prefix cache (vLLM);
+    (result, seconds, :class:`Steps`)."""
+    if getattr(engine, "_llm", None) is not None:
+        engine._llm.reset_prefix_cache()  # no run reuses the KV blocks of the one before
     started = time.perf_counter()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=engine_name == "hf"):
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=engine_name == "hf"), \
+            Steps(engine) as steps:
         result = fn()
-    return result, time.perf_counter() - started
+    return result, time.perf_counter() - started, steps
 
 
 def single_turn(module, examples, engine, name: str, args) -> dict:
@@ -72,7 +116,7 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
     env = module.environment
     env.rollout(examples[:1], engine, 1, SamplingParams(max_new_tokens=4))  # warm-up
     torch.manual_seed(0)
-    trajectories, seconds = timed(lambda: env.rollout(examples, engine, args.group_size, params), name)
+    trajectories, seconds, _ = timed(lambda: env.rollout(examples, engine, args.group_size, params), engine, name)
     prompt = sum(int(t.prompt_ids.numel()) for t in trajectories) / len(trajectories)
     return {"seconds": seconds, "tokens": sum(t.num_generated for t in trajectories), "prompt": prompt}
 
@@ -115,28 +159,36 @@ class Counted(RolloutEngine):
 
 
 def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
+    """``--repeats`` runs of the environment's episodes, each followed by its reference (see the
+    module docstring); the per-run figures and the median cost per token."""
     env, tok = module.environment, module.tokenizer
     s = module.sampling
     params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, stop=s.stop)
     n = len(examples) * args.group_size
-    counted = Counted(engine)
-    if MULTI_TURN[kind][2] == "validation_rollout":  # every question group_size times
-        rows = [ex for ex in examples for _ in range(args.group_size)]
-        run = lambda: env.validation_rollout(rows, counted, params)
-    else:
-        run = lambda: env.rollout(examples, counted, args.group_size, params)
-    torch.manual_seed(0)
-    _, seconds = timed(run, name)
-    tokens = counted.tokens
-    # the reference: the same first prompts, one call, as many new tokens per row
     prompts = [tok(env.build_prompt(ex, tok), add_special_tokens=False)["input_ids"] for ex in examples]
-    budget = SamplingParams(max_new_tokens=max(1, round(tokens / n)), temperature=params.temperature)
     repeated = [p for p in prompts for _ in range(args.group_size)]
-    torch.manual_seed(0)
-    generations, single_s = timed(lambda: engine.generate(repeated, budget), name)
-    single_tokens = sum(int(g.token_ids.numel()) for g in generations)
-    return {"seconds": seconds, "tokens": tokens, "per_row": counted.generations / n, "single_s": single_s,
-                "single_tokens": single_tokens}
+    runs = []
+    for repeat in range(args.repeats):
+        counted = Counted(engine)
+        if MULTI_TURN[kind][2] == "validation_rollout":  # every question group_size times
+            rows = [ex for ex in examples for _ in range(args.group_size)]
+            run = lambda: env.validation_rollout(rows, counted, params)  # noqa: E731
+        else:
+            run = lambda: env.rollout(examples, counted, args.group_size, params)  # noqa: E731
+        torch.manual_seed(repeat)
+        _, seconds, steps = timed(run, engine, name)
+        # the reference: the same first prompts, one call, as many new tokens per row
+        budget = SamplingParams(max_new_tokens=max(1, round(counted.tokens / n)), temperature=params.temperature)
+        torch.manual_seed(repeat)
+        generations, single_s, single_steps = timed(lambda: engine.generate(repeated, budget), engine, name)
+        single_tokens = sum(int(g.token_ids.numel()) for g in generations)
+        runs.append({"seconds": seconds, "tokens": counted.tokens, "per_row": counted.generations / n,
+                     "single_s": single_s, "single_tokens": single_tokens,
+                     "cost": (single_tokens / single_s) / (counted.tokens / seconds),
+                     "steps": steps.count, "in_steps": steps.seconds, "single_steps": single_steps.count,
+                     "prefilled": steps.prefilled, "single_prefilled": single_steps.prefilled})
+    median = sorted(runs, key=lambda r: r["cost"])[len(runs) // 2]
+    return {**median, "costs": [r["cost"] for r in runs]}
 
 
 def make_engine(name: str, module) -> tuple[object, float]:
@@ -167,6 +219,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--engines", default="hf,vllm")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="multi-turn runs per environment and engine (each with its reference); the median is shown")
     parser.add_argument("--environments", default=",".join(MULTI_TURN),
                         help=f"multi-turn environments to measure, of {', '.join(MULTI_TURN)}")
     args = parser.parse_args()
@@ -210,17 +264,24 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
         print(f"multi-turn: {kind} ({MULTI_TURN[kind][0]}, {MULTI_TURN[kind][2]})")
         print()
         print("| engine | multi-turn s | generations / row | multi-turn tok/s | reference tok/s "
-              "| multi-turn cost per token |")
-        print("|---|---|---|---|---|---|")
+              "| multi-turn cost per token (each run) | tokens per engine step: multi-turn / reference "
+              "| prompt tokens computed per generated token: multi-turn / reference | time inside engine steps |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, r in results.items():
             m = r[kind]
             multi_rate, ref_rate = m["tokens"] / m["seconds"], m["single_tokens"] / m["single_s"]
+            costs = ", ".join(f"{c:.2f}" for c in m["costs"])
+            occupancy = (f"{m['tokens'] / m['steps']:.1f} / {m['single_tokens'] / m['single_steps']:.1f}"
+                         if m["steps"] and m["single_steps"] else "-")
+            inside = f"{100 * m['in_steps'] / m['seconds']:.0f}%" if m["steps"] else "-"
+            prefill = (f"{m['prefilled'] / m['tokens']:.1f} / {m['single_prefilled'] / m['single_tokens']:.1f}"
+                       if m["steps"] and m["single_steps"] else "-")
             print(f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} "
-                  f"| {ref_rate / multi_rate:.2f}x |")
+                  f"| {m['cost']:.2f}x ({costs}) | {occupancy} | {prefill} | {inside} |")
     print()
     print(f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size {args.group_size} "
           f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines} "
-          f"--environments {args.environments}")
+          f"--environments {args.environments} --repeats {args.repeats}")
     if "hf" in results and "vllm" in results:
         rate = {k: r["single"]["tokens"] / r["single"]["seconds"] for k, r in results.items()}
         for kind in kinds:

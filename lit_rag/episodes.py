@@ -212,6 +212,7 @@ class EpisodeLoop:
         self._cache: dict[str, list[int]] = {}
         self._waiting: dict[int, tuple[Episode, Generate]] = {}
         self._searches: list[tuple[Episode, Search]] = []
+        self._started: list[Episode] = []
 
     def encode(self, text: str) -> list[int]:
         """Token ids of environment text, tokenized once per distinct string."""
@@ -240,6 +241,14 @@ class EpisodeLoop:
             self._search()
         return episodes
 
+    def start(self, episodes: list[Episode]) -> None:
+        """Start more episodes while the loop runs (from a handler): each one's current state
+        is dispatched right after the request of the handler that started them, and their
+        requests join the others'. ``run`` returns only the episodes it was given; the caller
+        keeps the ones it started (e.g. EVO-RAG's sibling branches, started at a main
+        episode's state as soon as it is reached)."""
+        self._started.extend(e for e in episodes if not e.done)
+
     def _dispatch(self, e: Episode, result: Any) -> None:
         """Run the handler of ``e.state`` on ``result`` and act on the request it returns."""
         handler = self._handlers.get(e.state)
@@ -258,6 +267,9 @@ class EpisodeLoop:
             self._searches.append((e, request))
         else:
             raise TypeError(f"handler of state {e.state!r} returned {request!r}; expected Generate, Search or None")
+        started, self._started = self._started, []
+        for other in started:  # episodes the handler started (``start``)
+            self._dispatch(other, None)
 
     def _search(self) -> None:
         """The searches asked for so far: one batched retriever call per ``k``, then each

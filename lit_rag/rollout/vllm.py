@@ -14,11 +14,14 @@ How it follows the :class:`~lit_rag.rollout.base.Generation` contract:
   top-p), as the ``hf`` engine reports them. The policy module compares them with its own
   log-probs every step (``rollout/logprob_diff_*``) and GRPO can correct the difference with
   truncated importance sampling (``importance_sampling_cap``).
-- A group's samples share their prompt: identical prompts in one call become one request
-  with ``n`` samples (one prefill), and prefix caching lets a multi-turn episode's next turn
-  reuse the KV blocks of its context instead of reading it again. vLLM batches continuously:
-  a finished row leaves the batch at once. No per-request seed is set; ``LLM(seed=...)``
-  seeds the engine.
+- A group's samples share their prompt through prefix caching, which also lets a multi-turn
+  episode's next turn reuse the KV blocks of its context instead of reading it again. Every
+  sample is its own request: vLLM V1 fans a request with ``n`` samples out into ``n`` child
+  requests anyway (``ParentRequest``), but returns them only when the last one finishes, so
+  a sample that finished early would wait for its group before its episode could go on. vLLM
+  batches continuously: a finished row leaves the batch at once. With one training process no
+  per-request seed is set (``LLM(seed=...)`` seeds the engine); with several, a group's
+  samples get seeds ``s, s + 1, ...`` as vLLM gives the children of one ``n`` request.
 - ``finished`` is ``finish_reason == "stop"`` (EOS or a stop string); ``"length"`` (the
   budget) and an aborted request are not finished. Stop strings are kept in the output.
   ``text`` is decoded from ``token_ids`` with the policy's tokenizer, as the ``hf`` engine
@@ -255,8 +258,8 @@ class VLLMEngine(RolloutEngine):
     def collect(self) -> list[tuple[int, Generation]]:
         """Step vLLM until some requests finish; their samples as ``(ticket, generation)``.
 
-        Identical (prompt, sampling) submissions made since the last call become one vLLM
-        request with ``n`` samples (one prefill). In a tensor-parallel group of ranks this is a
+        Every submission is one vLLM request (identical prompts share their prefill through
+        prefix caching). In a tensor-parallel group of ranks this is a
         collective (see :mod:`~lit_rag.rollout.vllm_ranks`): rounds of gathering the ranks' new
         requests and stepping, until some of this rank's own requests finish."""
         queued = self._take_queue()
@@ -352,26 +355,26 @@ class VLLMEngine(RolloutEngine):
         from vllm.sampling_params import RequestOutputKind
 
         self._prepare()
+        seeded = self.placement.world_size > 1
         for owner, queued in enumerate(owners):
-            groups: dict[tuple, tuple[list[int], SamplingParams, list[int]]] = {}
+            # a group's samples (same prompt and sampling) take seeds s, s + 1, ... in order
+            groups: dict[tuple, list[tuple[int, list[int], SamplingParams]]] = {}
             for ticket, prompt, params in queued:
-                # vLLM refuses n > 1 with greedy sampling: identical greedy prompts (a question
-                # asked twice in one validation batch) go as separate requests
-                key = (tuple(prompt), repr(params), ticket if params.greedy else None)
-                groups.setdefault(key, (prompt, params, []))[2].append(ticket)
-            for prompt, params, tickets in groups.values():
-                kwargs = to_vllm_sampling(params)
-                kwargs["n"] = len(tickets)
-                kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY  # one output, all n samples
-                if self.placement.world_size > 1 and not params.greedy:
-                    kwargs["seed"] = self._request_seed()
-                self._requests += 1
-                request_id = f"lit-rag-{self._requests}"
-                self._llm.llm_engine.add_request(
-                    request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
-                    lora_request=self._lora_request,
-                )
-                self._in_flight[request_id] = (owner, tickets)
+                groups.setdefault((tuple(prompt), repr(params)), []).append((ticket, prompt, params))
+            for members in groups.values():
+                seed = self._request_seed() if seeded and not members[0][2].greedy else None
+                for i, (ticket, prompt, params) in enumerate(members):
+                    kwargs = to_vllm_sampling(params)
+                    kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY  # one output per request
+                    if seed is not None:
+                        kwargs["seed"] = seed + i
+                    self._requests += 1
+                    request_id = f"lit-rag-{self._requests}"
+                    self._llm.llm_engine.add_request(
+                        request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
+                        lora_request=self._lora_request,
+                    )
+                    self._in_flight[request_id] = (owner, [ticket])
 
     # ---- vLLM lifecycle ------------------------------------------------------------------
     def llm_kwargs(self) -> dict:

@@ -15,7 +15,7 @@ import torch
 
 from lit_rag.api import Episode, EpisodeLoop, Generate, Search, start_episodes
 from lit_rag.environment import Prompts
-from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
+from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, branch
 from lit_rag.plugins.environments.retrieval_tree import RetrievalTreeEnvironment
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
 from lit_rag.retrieval.bm25 import BM25Retriever
@@ -156,12 +156,34 @@ def test_search_agent_out_of_order_equals_phase_by_phase(tiny_policy, retriever,
     assert engine.overtaken > 0 and engine.moved_on > 0
 
 
+def main_then_siblings(env: QueryRewriterEnvironment, examples, engine, group_size: int, params):
+    """EVO-RAG's rollout phase by phase, as it ran before the siblings started early: every
+    main episode to its end, then the siblings at their visited states, then theirs."""
+    main = [Episode(ex, i, []) for i, ex in enumerate(examples)]
+    env._advance(main, engine, params)
+    branches, pending = [], []
+    for e in main:
+        for t in range(min(len(e.steps), env.branch_states)):
+            siblings = [branch(e, t) for _ in range(group_size - 1)]
+            branches.append((e, t, siblings))
+            pending += siblings
+    env._advance(pending, engine, params)
+    return [env._trajectory(member, t, state=f"{e.group}:{t}")
+            for e, t, siblings in branches for member in [e, *siblings]]
+
+
 def test_query_rewriter_out_of_order_equals_phase_by_phase(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=2)
     params = SamplingParams(max_new_tokens=48, temperature=0.7)
-    phased, loose, _, engine = both(tok, REWRITE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 3, params))
+    phased, loose, in_order, engine = both(tok, REWRITE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 3, params))
     assert_same(phased, loose)
+    # siblings started at their state as the main episode reaches it give what the phases gave
+    assert_same(main_then_siblings(env, EXAMPLES, KeyedPolicy(tok, REWRITE_TEXTS), 3, params), phased)
+    # ... in fewer generate calls: the first call holds every main episode and its siblings at s_0
+    reference = KeyedPolicy(tok, REWRITE_TEXTS)
+    main_then_siblings(env, EXAMPLES, reference, 3, params)
+    assert in_order.calls < reference.calls
     assert {s.action for t in phased for s in t.steps} >= {"search", "invalid"}
     assert engine.overtaken > 0 and engine.moved_on > 0
     phased, loose, _, _ = both(tok, REWRITE_TEXTS, lambda e: env.validation_rollout(EXAMPLES, e, params))

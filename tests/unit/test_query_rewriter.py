@@ -76,11 +76,12 @@ def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=1)
     engine = ScriptedPolicy(tok, [
-        ["<search>Orbel Mills founder</search>"],   # main episode, t=0
+        # the main episode at t=0 and the sibling it starts there, generated together
+        ["<search>Orbel Mills founder</search>", "<refuse></refuse>"],
         ["<answer>Kessa</answer>"],                  # main episode, t=1
-        ["<refuse></refuse>"],                       # the sibling branched at t=0
     ])
     trajectories = env.rollout([EX], engine, group_size=2, params=PARAMS)
+    assert len(engine.prompts[0]) == 2 and engine.prompts[0][0] == engine.prompts[0][1]  # one state
     assert [t.meta["state"] for t in trajectories] == ["0:0", "0:0"]
     assert trajectories[0].prompt_text == trajectories[1].prompt_text  # the shared state
     assert [[s.action for s in t.steps] for t in trajectories] == [["search", "answer"], ["refuse"]]

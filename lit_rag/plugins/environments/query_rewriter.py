@@ -21,10 +21,12 @@ branch, for the step rewards) and ``meta["state"]`` naming the branching state.
 
 Episodes run through the episode loop (``lit_rag/episodes.py``): one handler per state (act,
 then the step's retrieval, then the step applied), each episode's next action submitted as soon
-as its last one is applied. The siblings start once every main episode is over: a barrier kept
-so the same seed gives the trajectories it gave when every live episode generated together
-(with the ``hf`` engine it still does; on ``vllm`` requests reach the engine in the order they
-finish, so samples differ from that order's).
+as its last one is applied. The siblings at a state start as soon as the main episode reaches
+it (the siblings at ``s_0`` with the main episode itself), not after every main episode is
+over: a rollout's first segments then fill the batch (a question's main episode alone would
+run one sequence per question). For the same seed the sampled tokens therefore differ from
+those of the phase-by-phase order (main episodes first, then siblings) on every engine; a
+policy whose output depends only on its prompt gives the same trajectories either way (tested).
 """
 
 from __future__ import annotations
@@ -158,22 +160,33 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         return (f"{self.prompt}\n\n{user}\n" if text is None else text) + self.assistant_prefix
 
     # ---- the episode: one handler per state -----------------------------------------------
-    def _advance(self, episodes: list[Episode], engine: RolloutEngine, params: SamplingParams) -> None:
-        """Run the episodes to their end through the episode loop.
+    def _advance(self, episodes: list[Episode], engine: RolloutEngine, params: SamplingParams,
+                 siblings: int = 0) -> None:
+        """Run the episodes to their end through the episode loop; with ``siblings`` > 0 each
+        one is a main episode that starts that many siblings at each of its first
+        ``branch_states`` states when it reaches them (kept in ``meta["branches"]``).
 
         Each step's action goes through a search (none for actions other than SEARCH) before
         it is applied, so the steps of the actions that came back together are applied in the
         order they came back, after one batched retrieval: on the default ``collect`` the
         episodes step exactly as when every live episode generated together.
         """
+        for e in episodes:
+            e.meta["siblings"], e.meta["branches"] = siblings, []
         loop = EpisodeLoop(engine, params, self.retriever)
         loop.run(episodes, {"start": self._act, "act": self._acted, "retrieved": self._step})
 
     def _act(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
-        """Ask for the action at the episode's state, unless ``T_max`` steps are spent."""
-        if len(e.steps) >= self.t_max:
+        """Ask for the action at the episode's state, unless ``T_max`` steps are spent; a main
+        episode starts its siblings at this state first (Section 3.4)."""
+        t = len(e.steps)
+        if t >= self.t_max:
             e.end("t_max")
             return None
+        if "siblings" in e.meta and t < self.branch_states:  # a main episode (siblings: none)
+            siblings = [branch(e, t) for _ in range(e.meta["siblings"])]
+            e.meta["branches"].append((t, siblings))
+            loop.start(siblings)
         prompt = self.state_prompt(e.example, kept_state(e.steps, e.passages), loop.tokenizer)
         return Generate("act", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
 
@@ -196,22 +209,15 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
 
     def rollout(self, examples: list[Example], engine: RolloutEngine, group_size: int,
                 params: SamplingParams) -> list[Trajectory]:
-        """The main episode of each question, then ``group_size - 1`` siblings at each of its
+        """The main episode of each question and ``group_size - 1`` siblings at each of its
         first ``branch_states`` visited states, each rolled forward to its end (Section 3.4).
 
-        The siblings start once every main episode is over (their states are the main
-        episodes' visited states), as when the phases ran one after the other.
+        A state's siblings start as soon as the main episode reaches it (see the module
+        docstring); all run through one episode loop.
         """
         main = [Episode(ex, i, []) for i, ex in enumerate(examples)]
-        self._advance(main, engine, params)
-        branches: list[tuple[Episode, int, list[Episode]]] = []
-        pending: list[Episode] = []
-        for e in main:
-            for t in range(min(len(e.steps), self.branch_states)):
-                siblings = [branch(e, t) for _ in range(group_size - 1)]
-                branches.append((e, t, siblings))
-                pending += siblings
-        self._advance(pending, engine, params)
+        self._advance(main, engine, params, siblings=group_size - 1)
+        branches = [(e, t, siblings) for e in main for t, siblings in e.meta["branches"]]
         out = [self._trajectory(member, t, state=f"{e.group}:{t}")
                for e, t, siblings in branches for member in [e, *siblings]]
         if not branches:  # no branching: one trajectory per episode, its first action
