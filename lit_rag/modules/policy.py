@@ -6,12 +6,9 @@ algorithm and rollout engine are plugins chosen in the recipe.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 import random
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 
 import numpy as np
@@ -26,6 +23,7 @@ from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.modules.logprobs import packed_logprobs
 from lit_rag.modules.packing import Packed, pack, plan_micro_batches, split_rows
 from lit_rag.modules.schedule import keep_stored_plan, lr_factor, plan_schedule
+from lit_rag.modules.step_metrics import Clock, Mismatch, memory_metrics
 from lit_rag.modules.strategies import (
     deepspeed_engine,
     forward_gathers,
@@ -226,7 +224,7 @@ class PolicyModule(LightningModule):
         metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
-        metrics.update(_memory_metrics(self.device))
+        metrics.update(memory_metrics(self.device))
         self._log(metrics, batch_size=len(batch))
         # step 6: Lightning hands this to every callback's on_train_batch_end as ``outputs``
         return StepOutput(trajectories, rewards, metrics, batch_size=len(batch)).as_outputs()
@@ -316,7 +314,7 @@ class PolicyModule(LightningModule):
                     self._logprobs(self.model, self._idle_batch(), 1)
             return out
 
-        clock = _Clock()
+        clock = Clock()
         with torch.no_grad(), clock("time/reference_s"):  # a rank without rows runs only the idle forwards here
             if self.algorithm.needs_reference:
                 ref = per_row(lambda micro: self.reference_logprobs(micro, width))
@@ -330,7 +328,7 @@ class PolicyModule(LightningModule):
         engine = deepspeed_engine(self)
         sums: dict[str, float] = {}
         micro_count = 0
-        mismatch = _Mismatch()
+        mismatch = Mismatch()
         seen: set[int] = set()  # rows whose engine log-probs were compared (once each)
         trained = 0.0
         rates: list[float] = []  # the learning rate of each optimizer step of this training step
@@ -568,61 +566,3 @@ def _rng_states() -> dict:
         "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
                   float(gauss)],
     }
-
-
-class _Clock:
-    """Seconds spent in each named part of the update (``time/<part>_s``), summed over its
-    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-
-    def metrics(self) -> dict[str, torch.Tensor]:
-        return {name: torch.tensor(seconds) for name, seconds in self.seconds.items()}
-
-
-class _Mismatch:
-    """Mean and max |log pi_trainer - log pi_engine| over the completion tokens of a step: how far
-    the engine's sampling log-probs are from the trainer's own for the same weights."""
-
-    def __init__(self) -> None:
-        self.total, self.count, self.max = 0.0, 0.0, 0.0
-
-    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
-        keep = mask.detach().cpu() > 0
-        diff = (trainer.detach().float().cpu() - engine.float().cpu()).abs()[keep]  # [tokens]
-        if diff.numel():
-            self.total += float(diff.sum())
-            self.count += diff.numel()
-            self.max = max(self.max, float(diff.max()))
-
-    def metrics(self) -> dict[str, torch.Tensor]:
-        if not self.count:
-            return {}
-        return {"rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
-                "rollout/logprob_diff_max": torch.tensor(self.max)}
-
-
-def _memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
-    """Peak and current resident memory of this process and, on CUDA, peak allocated GPU memory
-    (GiB). A peak that rises while the current RSS after each step stays flat is a larger
-    micro-batch or allocator fragmentation, not a leak."""
-    import resource
-
-    metrics = {"mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
-    try:
-        with open("/proc/self/statm") as statm:  # Linux; elsewhere the peak alone
-            metrics["mem/rss_gib"] = torch.tensor(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30)
-    except OSError:
-        pass
-    if device.type == "cuda":
-        metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
-    return metrics

@@ -1,0 +1,69 @@
+"""What a training step measures besides its losses: the time of each named part of the update,
+the trainer / engine log-prob mismatch, and the process's memory (used by ``PolicyModule``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+
+
+class Clock:
+    """Seconds spent in each named part of the update (``time/<part>_s``), summed over its
+    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        return {name: torch.tensor(seconds) for name, seconds in self.seconds.items()}
+
+
+class Mismatch:
+    """Mean and max |log pi_trainer - log pi_engine| over the completion tokens of a step: how far
+    the engine's sampling log-probs are from the trainer's own for the same weights."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.max = 0.0, 0.0, 0.0
+
+    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
+        keep = mask.detach().cpu() > 0
+        diff = (trainer.detach().float().cpu() - engine.float().cpu()).abs()[keep]  # [tokens]
+        if diff.numel():
+            self.total += float(diff.sum())
+            self.count += diff.numel()
+            self.max = max(self.max, float(diff.max()))
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        if not self.count:
+            return {}
+        return {"rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
+                "rollout/logprob_diff_max": torch.tensor(self.max)}
+
+
+def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
+    """Peak and current resident memory of this process and, on CUDA, peak allocated GPU memory
+    (GiB). A peak that rises while the current RSS after each step stays flat is a larger
+    micro-batch or allocator fragmentation, not a leak."""
+    import resource
+
+    metrics = {"mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
+    try:
+        with open("/proc/self/statm") as statm:  # Linux; elsewhere the peak alone
+            metrics["mem/rss_gib"] = torch.tensor(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30)
+    except OSError:
+        pass
+    if device.type == "cuda":
+        metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
+    return metrics
