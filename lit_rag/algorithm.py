@@ -192,6 +192,10 @@ class Algorithm(ABC):
 
     Attributes:
         mu: Optimization passes over each rollout batch (GRPO's mu).
+        steps_per_pass: Optimizer steps per pass when the algorithm knows their number in
+            advance (GRPO's ``mini_batches``; 1 otherwise): the learning-rate plan counts ``mu x
+            steps_per_pass`` steps per rollout batch, and with more than one optimizer step per
+            batch the policy module computes pi_old before the first.
         needs_reference: Whether reference log-probs must be computed for the batch.
         row_group: Consecutive rows that one micro-batch keeps together (DPO: chosen and
             rejected, 2).
@@ -205,6 +209,7 @@ class Algorithm(ABC):
     """
 
     mu: int = 1
+    steps_per_pass: int = 1
     needs_reference: bool = True
     row_group: int = 1
     dynamic_sampling_rounds: int = 0

@@ -35,13 +35,17 @@ from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Step, Trajectory
 
 
-def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True) -> str | None:
+def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True,
+                template_kwargs: dict | None = None) -> str | None:
     """System + user messages through the tokenizer's chat template, ready for the assistant;
-    ``None`` when the template is off or the tokenizer has none (the caller writes raw text)."""
+    ``None`` when the template is off or the tokenizer has none (the caller writes raw text).
+    ``template_kwargs`` go to the template (``{"enable_thinking": False}`` turns Qwen3's
+    default thinking off; a template that does not read a key ignores it)."""
     if not use_chat_template or getattr(tokenizer, "chat_template", None) is None:
         return None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                         **(template_kwargs or {}))
 
 
 def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -94,6 +98,8 @@ class Environment(ABC):
     system_prompt: str = ""
     #: Send prompts through the tokenizer's chat template (:meth:`chat`); False: plain text.
     use_chat_template: bool = True
+    #: Keyword arguments of the chat template (e.g. ``{"enable_thinking": False}`` for Qwen3).
+    chat_template_kwargs: dict | None = None
     #: Text that starts the assistant turn: the end of the prompt, and the start of
     #: ``Trajectory.text`` in the default :meth:`rollout` (the reward reads it with the output).
     assistant_prefix: str = ""
@@ -115,7 +121,7 @@ class Environment(ABC):
         r"""System + user messages as prompt text: through the chat template when
         :attr:`use_chat_template` is on and the tokenizer has one, else ``"{system}\n\n{user}\n"``
         (``"{user}\n"`` without a system message)."""
-        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
+        text = chat_prompt(tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs)
         if text is None:
             return f"{system}\n\n{user}\n" if system else f"{user}\n"
         return text

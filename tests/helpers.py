@@ -153,3 +153,21 @@ def one_line_error(args: list[str], capsys) -> str:
     assert info.value.code == 2 and "Traceback" not in err, err
     assert len(lines) == 1 and lines[0].startswith("lit-rag: error: "), err
     return lines[0]
+
+
+def assert_finite_metrics(rows: list[dict], prefixes: tuple[str, ...] = ("reward/", "train/", "val/", "rollout/",
+                                                                         "time/", "mem/")) -> int:
+    """Every non-empty value of a ``metrics.csv`` whose column starts with one of ``prefixes`` is
+    a finite number (no NaN, no inf, nothing unparsable); returns how many were checked."""
+    import math
+
+    checked = 0
+    for row in rows:
+        for key, value in row.items():
+            if value == "" or not key.startswith(prefixes):
+                continue
+            number = float(value)
+            assert math.isfinite(number), f"{key} = {value} in step {row.get('step')}"
+            checked += 1
+    assert checked, "no metric values to check"
+    return checked

@@ -64,9 +64,12 @@ class PolicyModule(LightningModule):
             (:mod:`lit_rag.modules.packing`); exact, so on by default. ``false``: every row
             computes its own prompt.
         lr: Peak learning rate (AdamW).
-        weight_decay: AdamW weight decay.
-        betas: AdamW betas.
+        weight_decay: AdamW weight decay (default 0: TRL's, which ARENA's release keeps; verl's
+            is 0.01).
+        betas: AdamW betas (default (0.9, 0.999): torch's, TRL's and verl's).
         warmup_steps: Linear warm-up optimizer steps.
+        warmup_ratio: Linear warm-up as a fraction of the run's optimizer steps (verl's
+            ``lr_warmup_steps_ratio``); set this or ``warmup_steps``, not both.
         lr_schedule: ``constant``, ``cosine`` or ``linear`` decay after warm-up.
         max_grad_norm: Clip the gradient norm; ``None`` disables clipping.
         logprob_chunk_tokens: Output-head rows computed at once (memory bound).
@@ -89,8 +92,9 @@ class PolicyModule(LightningModule):
         share_prefix: bool = True,
         lr: float = 1e-6,
         weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.99),
+        betas: tuple[float, float] = (0.9, 0.999),
         warmup_steps: int = 0,
+        warmup_ratio: float = 0.0,
         lr_schedule: str = "constant",
         max_grad_norm: float | None = 1.0,
         logprob_chunk_tokens: int = 512,
@@ -105,6 +109,9 @@ class PolicyModule(LightningModule):
             raise ValueError(f"model micro_batch_tokens must be >= 1 or null (rows only), got {micro_batch_tokens}")
         if lr < 0 or weight_decay < 0 or warmup_steps < 0:
             raise ValueError(f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}")
+        if not 0.0 <= warmup_ratio < 1.0 or (warmup_ratio and warmup_steps):
+            raise ValueError(f"model warmup_ratio must be in [0, 1) and not set beside warmup_steps, "
+                             f"got warmup_ratio {warmup_ratio}, warmup_steps {warmup_steps}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"model max_grad_norm must be > 0 or null (no clipping), got {max_grad_norm}")
         if logprob_chunk_tokens < 1:
@@ -131,6 +138,7 @@ class PolicyModule(LightningModule):
         self.share_prefix = share_prefix
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
         self.warmup_steps, self.lr_schedule, self.max_grad_norm = warmup_steps, lr_schedule, max_grad_norm
+        self.warmup_ratio = warmup_ratio
         self.logprob_chunk_tokens = logprob_chunk_tokens
         self.model: torch.nn.Module | None = None
         self.tokenizer = None
@@ -320,7 +328,9 @@ class PolicyModule(LightningModule):
                 ref = per_row(lambda micro: self.reference_logprobs(micro, width))
                 if size:
                     batch.ref_logprobs = ref
-            if self.algorithm.mu > 1:  # pi_old = the policy that sampled, before any update
+            # pi_old = the policy that sampled, before any update (every optimizer step after the
+            # first would otherwise take the updated policy as pi_old)
+            if self.algorithm.mu * self.algorithm.steps_per_pass > 1:
                 old = per_row(lambda micro: self._logprobs(self.model, micro, width))
                 if size:
                     batch.old_logprobs = old
@@ -504,7 +514,8 @@ class PolicyModule(LightningModule):
 
     def _planned_schedule(self) -> dict:
         """This run's learning-rate plan (see :func:`plan_schedule`)."""
-        return plan_schedule(self.trainer, self.lr_schedule, self.warmup_steps, self.algorithm.mu)
+        return plan_schedule(self.trainer, self.lr_schedule, self.warmup_steps,
+                             self.algorithm.mu * self.algorithm.steps_per_pass, self.warmup_ratio)
 
     def _apply_stored_schedule(self) -> None:
         """A resumed run follows the plan its checkpoint was made with (see :func:`keep_stored_plan`)."""

@@ -29,27 +29,32 @@ def lr_factor(step: int, kind: str, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
 
 
-def plan_schedule(trainer, kind: str, warmup: int, mu: int) -> dict:
+def plan_schedule(trainer, kind: str, warmup: int, mu: int, warmup_ratio: float = 0.0) -> dict:
     """The schedule's length in optimizer steps, from this run's ``max_steps`` / epochs.
 
     Lightning's ``global_step`` (and so ``max_steps``) counts optimizer steps under manual
     optimization; ``estimated_stepping_batches`` is min(batches x epochs, max_steps), so the
-    data bound is batches x epochs x mu (one mini-batch per step: DPO's stored-pair
-    mini-batches vary and cannot be known in advance) and ``max_steps`` caps it.
+    data bound is batches x epochs x mu (``mu``: the optimizer steps per rollout batch, GRPO's
+    mu x mini-batches; DPO's stored-pair mini-batches vary and cannot be known in advance) and
+    ``max_steps`` caps it. ``warmup_ratio`` (verl's ``lr_warmup_steps_ratio``) makes the warm-up
+    ``int(warmup_ratio x length)`` steps, as verl rounds it.
 
     Raises:
         InputError: a decaying schedule in a run without an end (no max_steps, max_epochs -1).
     """
     batches = trainer.estimated_stepping_batches
     if math.isinf(batches):
-        if kind != "constant":
-            raise InputError(f"model lr_schedule '{kind}' needs a run of known length: "
+        if kind != "constant" or warmup_ratio:
+            what = f"lr_schedule '{kind}'" if kind != "constant" else f"warmup_ratio {warmup_ratio}"
+            raise InputError(f"model {what} needs a run of known length: "
                              "set trainer.max_steps or trainer.max_epochs")
         total = 1
     else:
         total = int(batches) * mu
         if trainer.max_steps != -1:
             total = min(total, trainer.max_steps)
+    if warmup_ratio:
+        warmup = int(warmup_ratio * total)
     return {"kind": kind, "warmup": int(warmup), "total": max(1, total)}
 
 

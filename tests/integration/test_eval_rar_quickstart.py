@@ -13,7 +13,7 @@ import pytest
 
 from lit_rag.cli import main
 
-from helpers import require_package
+from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "eval_rar_quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -37,6 +37,7 @@ def test_eval_rar_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     rows = list(csv.DictReader(path.open()))
     steps = [r for r in rows if r.get("reward/total")]
     assert len(steps) == 2
+    assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     for key in ("reward/outcome", "reward/evaluation", "rollout/turns", "rollout/valid_searches",
                 "rollout/response_length", "train/loss"):
         assert all(r[key] != "" for r in steps), key

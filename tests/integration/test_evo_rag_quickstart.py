@@ -15,7 +15,7 @@ import pytest
 
 from lit_rag.cli import main
 
-from helpers import require_package
+from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "evo_rag_quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -34,6 +34,7 @@ def test_evo_rag_quickstart_alternates_and_validates(tmp_path, monkeypatch):
     assert Path("indexes/synthetic-hybrid/manifest.json").is_file()  # built on first use
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
+    assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     steps = [r for r in rows if r.get("rollout/pairs")]
     assert len(steps) == 4
     assert {r["curriculum/stage"] for r in steps} == {"0.0", "1.0"}  # Discovery, then Refinement

@@ -10,7 +10,7 @@ from lit_rag.cli import main
 from lit_rag.data.readers import write_litrag
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.retrieval.corpus import write_corpus
-from tests.helpers import tiny_bert_folder
+from tests.helpers import require_package, tiny_bert_folder
 
 
 @pytest.fixture
@@ -83,8 +83,8 @@ def _tiny_encoder(folder):
 
 
 def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files, capsys):
-    pytest.importorskip("faiss")
-    pytest.importorskip("sentence_transformers")
+    require_package("faiss", "pip install faiss-cpu")
+    require_package("sentence_transformers", "pip install sentence-transformers")
     corpus, questions = world_files
     encoder = _tiny_encoder(tmp_path / "enc")
     index = tmp_path / "hyb"

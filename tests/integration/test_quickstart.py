@@ -12,7 +12,7 @@ import pytest
 
 from lit_rag.cli import main
 
-from helpers import require_package
+from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -37,6 +37,7 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     rows = read_metrics(tmp_path / "runs")
     steps = [r for r in rows if r.get("reward/total")]
     assert len(steps) == 2
+    assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     for key in ("reward/format", "reward/accuracy", "reward/relevance", "reward/bonus", "train/loss", "train/kl"):
         assert all(r[key] != "" for r in steps), key
     assert any(r.get("val/em") for r in rows) and any(r.get("val/f1") for r in rows)
@@ -57,6 +58,25 @@ def test_validate_reports_em_f1_and_reward_components(tmp_path, monkeypatch, cap
     printed = capsys.readouterr().out
     for key in ("val/em", "val/f1", "val/reward/format", "val/reward/relevance"):
         assert key in printed
+
+
+#: README "What the quickstart does", untrained row: greedy validation of the untrained policy on
+#: the recipe's 16 held-out questions (`lit-rag validate --config recipes/quickstart.yaml`).
+README_UNTRAINED = {"val/reward/format": 1 / 16, "val/reward/relevance": 0.53125, "val/em": 0.0,
+                    "val/truncated_fraction": 14 / 16}
+
+
+def test_untrained_validation_reproduces_the_readme(tmp_path, monkeypatch):
+    """The README's untrained figures, within one question of 16 per metric (1/16 = 0.0625;
+    relevance moves by at most 1/16 per question too): vLLM's CPU kernels may decode another
+    token on another CPU, which can flip a question, not more."""
+    monkeypatch.chdir(tmp_path)
+    main(["validate", "--config", RECIPE])
+    rows = read_metrics(tmp_path / "runs")
+    assert_finite_metrics(rows)
+    (row,) = [r for r in rows if r.get("val/em")]
+    for key, expected in README_UNTRAINED.items():
+        assert float(row[key]) == pytest.approx(expected, abs=1 / 16 + 1e-6), (key, row[key])
 
 
 def test_gguf_cache_matches_direct_gguf_load():

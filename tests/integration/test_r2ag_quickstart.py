@@ -13,7 +13,7 @@ import pytest
 
 from lit_rag.cli import main
 
-from helpers import require_package
+from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "r2ag_quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -35,6 +35,7 @@ def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
     assert Path("indexes/synthetic-bm25/manifest.json").is_file()  # built on first use
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
+    assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     steps = [r for r in rows if r.get("rollout/think_rate")]
     assert len(steps) == 2 and all(r["forest/next_pool"] != "" for r in steps)
     val = [r for r in rows if r.get("val/recall")]

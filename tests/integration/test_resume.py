@@ -59,17 +59,19 @@ class Recorder(Callback):
             "loss": float(step.metrics["train/loss"]),
             "reward": float(step.metrics["reward/total"]),
             "lr": float(step.metrics["train/lr"]),
+            "optimizer_steps": float(step.metrics.get("train/optimizer_steps", 1.0)),
             "beta": self.beta,
         })
 
 
-def build(lora: bool, mu: int = 2, lr_schedule: str = "cosine", warmup_steps: int = 2) -> tuple[PolicyModule, QADataModule]:
+def build(lora: bool, mu: int = 2, lr_schedule: str = "cosine", warmup_steps: int = 2, mini_batches: int = 1,
+          warmup_ratio: float = 0.0) -> tuple[PolicyModule, QADataModule]:
     policy = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2),
                          lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None)
     module = PolicyModule(
         policy=policy, environment=SingleTurnEnvironment(), reward=CharacterReward(),
-        algorithm=GRPO(beta=0.04, mu=mu), group_size=3, micro_batch_size=4, lr=1e-2,
-        warmup_steps=warmup_steps, lr_schedule=lr_schedule,
+        algorithm=GRPO(beta=0.04, mu=mu, mini_batches=mini_batches), group_size=3, micro_batch_size=4, lr=1e-2,
+        warmup_steps=warmup_steps, lr_schedule=lr_schedule, warmup_ratio=warmup_ratio,
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
     )
     data = QADataModule(num_train=40, num_val=2, batch_size=2, num_distractors=1, hops=[2])
@@ -208,3 +210,42 @@ def test_schedule_length_counts_optimizer_steps():
     assert total(float("inf"), -1, "constant") == 1  # endless: a constant rate needs no length
     with pytest.raises(InputError, match="model lr_schedule 'cosine' needs a run of known length"):
         total(float("inf"), -1)
+
+
+def test_mini_batches_step_twice_from_the_sampling_policy_and_warmup_ratio(tmp_path, monkeypatch):
+    """GRPO mini_batches 2, mu 1: each batch (2 groups of 3) makes two optimizer steps, one per
+    group. max_steps 4 = 2 batches; warmup_ratio 0.5 of the 4 planned steps = int(2.0) = 2
+    steps, then constant: factors 1/2, 1 | 1, 1 -> train/lr 0.75e-2, 1e-2 (lr 1e-2).
+    pi_old is the policy that sampled for both parts: the second part's log-probs (after one
+    update) differ from its pi_old; the first part's equal it."""
+    gaps: list[float] = []
+    original = GRPO.loss
+
+    def recording(self, batch):
+        gaps.append(float((batch.logprobs.detach() - batch.old_logprobs).abs().max()))
+        return original(self, batch)
+
+    monkeypatch.setattr(GRPO, "loss", recording)
+    run = fit(tmp_path, max_steps=4, mu=1, mini_batches=2, lr_schedule="constant", warmup_steps=0,
+              warmup_ratio=0.5)
+    assert [s["optimizer_steps"] for s in run.steps] == [2.0, 2.0]
+    assert [s["lr"] for s in run.steps] == pytest.approx([0.75e-2, 1e-2])
+    assert len(gaps) == 4  # 2 batches x 2 parts, one micro-batch each (3 rows <= micro_batch_size 4)
+    assert gaps[0] < 1e-5 and gaps[2] < 1e-5  # first part: pi_old is the current policy
+    assert gaps[1] > 1e-4 and gaps[3] > 1e-4  # second part: updated policy against pi_old
+    with pytest.raises(ValueError, match="warmup_ratio must be in"):
+        build(lora=False, warmup_steps=2, warmup_ratio=0.1)
+
+
+def test_warmup_ratio_counts_the_planned_optimizer_steps():
+    """int(ratio x length), as verl rounds it: 0.285 of 2,000 optimizer steps = 570 (Search-R1's
+    script on 200 batches of 10 mini-batches: 57 batches); an endless run has no length."""
+    from lit_rag.modules.schedule import plan_schedule
+
+    def trainer(batches, max_steps):
+        return SimpleNamespace(estimated_stepping_batches=batches, max_steps=max_steps)
+
+    assert plan_schedule(trainer(2000, 2000), "constant", 0, 10, 0.285) == {"kind": "constant", "warmup": 570, "total": 2000}
+    assert plan_schedule(trainer(7, -1), "cosine", 0, 1, 0.5)["warmup"] == 3  # int(3.5)
+    with pytest.raises(InputError, match="model warmup_ratio 0.1 needs a run of known length"):
+        plan_schedule(trainer(float("inf"), -1), "constant", 0, 1, 0.1)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import require_package
 
 from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, write_corpus
@@ -87,7 +88,7 @@ def test_batch_equals_one_by_one(bm25: BM25Retriever) -> None:
 
 
 def test_stemming_and_stopword_settings() -> None:
-    pytest.importorskip("Stemmer")
+    require_package("Stemmer", "pip install PyStemmer")
     # Stemming maps "swimming" and "swim" to "swim"; without it the words differ.
     stemmed, plain = BM25Retriever(), BM25Retriever(stemmer=None)
     stemmed.build(CORPUS)
@@ -111,7 +112,7 @@ def test_without_pystemmer_stemming_is_off_and_recorded(monkeypatch: pytest.Monk
 
 def test_stemmed_index_without_pystemmer_is_one_line(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("Stemmer")
+    require_package("Stemmer", "pip install PyStemmer")
     stemmed = BM25Retriever()
     stemmed.build(CORPUS)
     stemmed.save(tmp_path / "idx")

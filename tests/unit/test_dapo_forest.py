@@ -61,7 +61,10 @@ def test_prepare_keeps_exactly_the_batch_of_informative_groups():
     assert algo.informative_groups(rows, rewards) == 3  # group 0 is flat
     batch = algo.prepare(rows, rewards, max_groups=2)
     assert batch.size == 4  # groups 1 and 2, in order; group 0 dropped, group 3 beyond the batch
-    assert batch.batch.advantages.abs().min() > 0
+    # groups 1 and 2 score (0, 1) and (1, 0): mean 0.5, sample std sqrt((0.25 + 0.25) / 1) =
+    # 0.70711, A = +-0.5 / (0.70711 + 1e-4) = +-0.70701
+    a = 0.5 / (0.5**0.5 + 1e-4)
+    assert batch.batch.advantages.tolist() == pytest.approx([-a, a, a, -a], abs=1e-6)
     with pytest.raises(ValueError, match="needs drop_zero_variance_groups"):
         GRPO(dynamic_sampling_rounds=1)
 

@@ -5,18 +5,16 @@ unasked."""
 from __future__ import annotations
 
 import pytest
+from helpers import require_package
 
-faiss = pytest.importorskip("faiss")
-pytest.importorskip("sentence_transformers")
+require_package("faiss", "pip install faiss-cpu")
+require_package("sentence_transformers", "pip install sentence-transformers")
 
-from lit_rag.retrieval.dense import DenseRetriever  # noqa: E402
-from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError  # noqa: E402
-from lit_rag.types import Passage  # noqa: E402
+from lit_rag.retrieval.dense import DenseRetriever
+from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError
+from lit_rag.types import Passage
 
-WORDS = (
-    "the a of in is was river city mountain paris london tokyo bridge castle tower "
-    "founded built king queen music film painter lake forest museum island train"
-).split()
+WORDS = ["the", "a", "of", "in", "is", "was", "river", "city", "mountain", "paris", "london", "tokyo", "bridge", "castle", "tower", "founded", "built", "king", "queen", "music", "film", "painter", "lake", "forest", "museum", "island", "train"]
 
 PASSAGES = [
     Passage("p0", "Paris", "paris is a city of music"),

@@ -180,6 +180,10 @@ def test_reward_model_learns_the_collected_preferences(setup):
     """The heads learn the preferences the loop collects (which actions earn more: a gold search
     over a noise search, an answer over a refusal): above chance on held-out questions' pairs."""
     tmp_path = setup
+    rows = [{"id": f"q{i}", "question": f"Where was the founder of Orbel Mills born? ({i})", "answers": ["Kessa"],
+             "gold_ids": ["g1", "g2"]} for i in range(24)]  # 24 questions: ~6 held out by question
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    L.seed_everything(0)  # the policy's and the heads' initial weights
     module = _module(tmp_path, selection="return")
     rm = RewardModelModule(encoder=TINY, max_length=128, lr=5e-2)
     alternate = AlternatingRewardModel(rm, threshold=0.3, epochs=8, batch_size=8, val_fraction=0.25)
@@ -188,7 +192,10 @@ def test_reward_model_learns_the_collected_preferences(setup):
                         num_sanity_val_steps=0, limit_val_batches=0)
     trainer.fit(module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=4))
     metrics = alternate.history[-1]
-    assert metrics["reward_model/pairs"] - metrics["reward_model/train_pairs"] >= 3  # held-out questions' pairs
-    # chance is accuracy 0.5 and loss log 2 = 0.693 (untrained heads start near 0 score gaps)
-    assert metrics["reward_model/val_pair_accuracy"] > 0.5
+    held_out = metrics["reward_model/pairs"] - metrics["reward_model/train_pairs"]
+    assert held_out >= 10, metrics  # pairs of questions the heads never trained on
+    # chance is accuracy 0.5 and loss log 2 = 0.693 (untrained heads start near 0 score gaps);
+    # this seeded run holds out 23 pairs and ranks 17 right (0.739): a coin reaches >= 0.7 on
+    # 23 pairs (>= 17 right) with probability 0.017
+    assert metrics["reward_model/val_pair_accuracy"] >= 0.7, metrics
     assert metrics["reward_model/val_loss"] < 0.69

@@ -162,3 +162,26 @@ def test_token_aggregation_loss_by_hand_and_across_micro_batches():
         assert sum(parts) == pytest.approx(losses[mode], abs=1e-6)
     assert losses["sequence"] == pytest.approx(0.0, abs=1e-6)
     assert losses["token"] == pytest.approx(a / 2, abs=1e-5)
+
+
+def test_mini_batches_split_whole_groups_and_renormalize():
+    """Three groups of 2 rows (completion lengths 1, 3 | 2, 2 | 4, 4), mini_batches 2: the groups
+    split as torch's tensor_split does, [0, 1] and [2] (a group is never cut).
+    sequence: every row weighs 1/N = 1/6 in the batch; part 1 holds 4 rows -> scale 6/4 = 1.5,
+    part 2 holds 2 rows -> scale 6/2 = 3, so each part's row weights are 1/4 and 1/2: a mean
+    over the part, as prepare() would give it alone.
+    token: 16 tokens in the batch; part 1 has 1+3+2+2 = 8 -> scale 16/8 = 2; part 2 has 8 -> 2."""
+    trajs = [traj(0, 1), traj(0, 3), traj(1, 2), traj(1, 2), traj(2, 4), traj(2, 4)]
+    rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0]))
+    seq = GRPO(mini_batches=2).prepare(trajs, rewards).batch
+    assert [(rows.tolist(), scale) for rows, scale in seq.mini_batches] == [([0, 1, 2, 3], 1.5), ([4, 5], 3.0)]
+    tok = GRPO(mini_batches=2, loss_aggregation="token").prepare(trajs, rewards).batch
+    assert [(rows.tolist(), scale) for rows, scale in tok.mini_batches] == [([0, 1, 2, 3], 2.0), ([4, 5], 2.0)]
+    for batch in (seq, tok):  # each part's scaled weights sum to 1, as a whole batch's do
+        for rows, scale in batch.mini_batches:
+            assert float(batch.token_weights[rows].sum()) * scale == pytest.approx(1.0)
+    # more parts than groups: one per group; one part: no split (the whole batch, scale 1)
+    assert len(GRPO(mini_batches=5).prepare(trajs, rewards).batch.mini_batches) == 3
+    assert GRPO().prepare(trajs, rewards).batch.mini_batches is None
+    with pytest.raises(ValueError, match="mini_batches must be >= 1"):
+        GRPO(mini_batches=0)

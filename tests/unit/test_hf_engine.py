@@ -15,14 +15,27 @@ def engine(tiny_policy, **kwargs):
 
 
 def test_budget_and_truncation_flag(tiny_policy):
-    e, _, tok = engine(tiny_policy)
-    torch.manual_seed(0)
+    """Greedy, so every length is known from the rows' own 12-token greedy runs (no EOS id):
+    with a budget of 6 each row is its run's first 6 tokens, cut, unfinished; with the EOS id
+    set to row 0's 3rd new token, each row ends at that token's first occurrence within 6,
+    finished and the EOS kept (row 0: by index 2 at the latest), else is cut as before."""
+    e, model, tok = engine(tiny_policy)
     prompts = [tok("Who founded it?")["input_ids"], tok("Where?")["input_ids"]]
-    out = e.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0))
-    assert len(out) == 2
-    for g in out:
-        assert 1 <= len(g.token_ids) <= 6 and g.logprobs.shape == g.token_ids.shape
-        assert g.finished == (len(g.token_ids) < 6 or int(g.token_ids[-1]) == tok.eos_token_id)
+    model.generation_config.eos_token_id = None
+    tok.eos_token_id = None
+    long = [g.token_ids.tolist() for g in e.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))]
+    assert [len(run) for run in long] == [12, 12]
+    cut = e.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.0))
+    assert [g.token_ids.tolist() for g in cut] == [run[:6] for run in long]
+    assert [g.finished for g in cut] == [False, False]
+    eos = long[0][2]
+    model.generation_config.eos_token_id = eos
+    ended = e.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.0))
+    for g, run in zip(ended, long, strict=True):
+        length = run[:6].index(eos) + 1 if eos in run[:6] else 6
+        assert g.token_ids.tolist() == run[:length] and g.finished == (eos in run[:6])
+        assert g.logprobs.shape == g.token_ids.shape
+    assert ended[0].finished and len(ended[0].token_ids) <= 3
 
 
 def test_sampling_logprobs_match_a_forward_pass(tiny_policy):

@@ -20,8 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-faiss = pytest.importorskip("faiss")
-pytest.importorskip("sentence_transformers")
+from tests.helpers import require_package
+
+require_package("faiss", "pip install faiss-cpu")
+require_package("sentence_transformers", "pip install sentence-transformers")
+import faiss
 
 from lit_rag.cli import main
 from lit_rag.retrieval.base import open_index

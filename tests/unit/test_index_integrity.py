@@ -24,7 +24,7 @@ from lit_rag.retrieval.bm25 import BM25Retriever
 from lit_rag.retrieval.hybrid import HybridRetriever
 from lit_rag.retrieval.manifest import IndexCorruptError, Manifest
 from lit_rag.types import Passage
-from tests.helpers import one_line_error, tiny_bert_folder
+from tests.helpers import one_line_error, require_package, tiny_bert_folder
 
 # corpus A: 6 passages; corpus B: 5 others; corpus A2: A with one word changed (same count)
 A = [Passage(f"a{i}", f"Title {i}", f"river city number {i} with bridge {i}") for i in range(6)]
@@ -198,8 +198,8 @@ def test_bm25_params_cannot_add_constructor_arguments(idx):
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory) -> str:
     """A 1-layer, 16-wide random BERT with a 12-word vocab (plain HF folder, no download)."""
-    pytest.importorskip("faiss")
-    pytest.importorskip("sentence_transformers")
+    require_package("faiss", "pip install faiss-cpu")
+    require_package("sentence_transformers", "pip install sentence-transformers")
     words = ["river", "city", "number", "with", "bridge", "tower", "mountain", "lake", "forest",
              "title", "other"]
     return tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), words, max_positions=32)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import os
 import sys
 from pathlib import Path
 
@@ -25,15 +24,10 @@ from lit_rag.cli import build_cli, main
 from lit_rag.plugins.rewards.arena import ArenaReward
 from lit_rag.plugins.rewards.composite import CompositeReward
 from lit_rag.types import Example, Passage, Trajectory
+from tests.helpers import require_package
 
-if os.environ.get("CI"):
-    import lit_rag_length_penalty  # CI installs the plugin: a missing one must fail, not skip
-else:
-    lit_rag_length_penalty = pytest.importorskip(
-        "lit_rag_length_penalty",
-        reason="example plugin not installed: "
-        "pip install --no-deps -e plugins/lit-rag-length-penalty",
-    )
+require_package("lit_rag_length_penalty", "pip install --no-deps -e plugins/lit-rag-length-penalty")
+import lit_rag_length_penalty
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny_plugin.yaml"
 

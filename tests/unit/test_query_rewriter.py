@@ -64,6 +64,29 @@ def test_search_backtrack_answer_and_search_refuse(tiny_policy, retriever):
     assert raw["refusal"] == [0.0, -1.0] and raw["retrieval"] == [1.0, 0.0]
 
 
+def test_state_carries_the_kept_rationales(tiny_policy, retriever):
+    """s_t = (q_<t, D_<t, A_<t) (Section 3.2): each kept sub-query's rationale (its <think>) is in
+    the next states; a BACKTRACK drops it with the sub-query; state_rationales false omits it."""
+    _, tok = tiny_policy
+    calls = [
+        ["<think>first the founder</think><search>boats Ardun</search>"],
+        ["<think>wrong company</think><backtrack></backtrack>"],
+        ["<think>the founder of Orbel Mills</think><search>Orbel Mills founder</search>"],
+        ["<answer>Kessa</answer>"],
+    ]
+    env = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0)
+    engine = ScriptedPolicy(tok, [list(c) for c in calls])
+    env.validation_rollout([EX], engine, PARAMS)
+    state_1, state_2, state_3 = (engine.prompts[i][0] for i in (1, 2, 3))
+    assert "Thought 1: first the founder\nSub-query 1: boats Ardun" in state_1
+    assert "first the founder" not in state_2 and "wrong company" not in state_2  # back at s_0
+    assert "Thought 1: the founder of Orbel Mills\nSub-query 1: Orbel Mills founder" in state_3
+    plain = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0, state_rationales=False)
+    engine = ScriptedPolicy(tok, [list(c) for c in calls])
+    plain.validation_rollout([EX], engine, PARAMS)
+    assert "Thought" not in engine.prompts[1][0] and "Sub-query 1: boats Ardun" in engine.prompts[1][0]
+
+
 def test_t_max_ends_the_episode(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, t_max=2, branch_states=0)

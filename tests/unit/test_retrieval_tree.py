@@ -132,9 +132,12 @@ def test_reward_terms_and_zeroing():
     # stop before all gold is retrieved: 0 (B.2), even with a hit this step
     t = traj([Step("base", "a", ["g2"]), Step("stop")], prior=[], stop=True)
     assert float(r([t]).total[0]) == 0.0 and float(r([t]).components["zeroed"][0]) == 1.0
-    # stop in the same step that completes the gold set: allowed, Joint-Hit
+    # stop in the same step that completes the gold set: allowed, Joint-Hit; g2 is new gold
+    # (Multi-Hit 1), AP = (1/1) / 2 = 0.5, one format segment 0.01:
+    # R = 0.2 * 1 + 0.3 * 1 + 0.2 * 0.5 + 0.01 = 0.61
     t = traj([Step("base", "a", ["g2"]), Step("stop")], prior=["g1"], stop=True)
-    assert float(r([t]).components["joint_hit"][0]) == 1.0 and float(r([t]).total[0]) > 0.3
+    assert float(r([t]).components["joint_hit"][0]) == 1.0
+    assert float(r([t]).total[0]) == pytest.approx(0.61)
     # no <think>, or truncated: 0
     assert float(r([traj([Step("base", "a", ["g1"])], think=False)]).total[0]) == 0.0
     assert float(r([traj([Step("base", "a", ["g1"])], truncated=True)]).total[0]) == 0.0
@@ -324,3 +327,60 @@ def test_registered_and_bad_settings(retriever):
         RetrievalTreeEnvironment(retriever, val_top_t=0)
     with pytest.raises(ValueError, match="user_template must contain"):
         RetrievalTreeEnvironment(retriever, user_template="{question}")
+
+
+#: A chat template that thinks by default, as Qwen3's does: ``enable_thinking=False`` writes an
+#: empty think block after the assistant header, anything else lets the model think.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
+
+
+class ThinkingModel(ScriptedPolicy):
+    """Behaves like a model whose template thinks by default: the steering step stops at once;
+    the reader thinks for ~300 tokens before its answer unless the prompt closed an empty
+    think block."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer, [])
+
+    def generate(self, prompts, params):
+        texts = []
+        for ids in prompts:
+            prompt = self.tokenizer.decode(ids)
+            if "Answer the question using the documents" not in prompt:
+                texts.append("<think>a</think><base-Q>stop retrieval</base-Q>")
+            elif prompt.endswith("</think>\n\n"):
+                texts.append("<answer>Kessa</answer>")
+            else:
+                texts.append("<think>" + "let me read the documents again " * 50 + "</think><answer>Kessa</answer>")
+        self.calls = [texts]
+        return super().generate(prompts, params)
+
+
+def test_reader_still_answers_under_a_thinking_template(tiny_policy, retriever):
+    """Issue 25, item 1: a 32-token greedy reader under a template that thinks by default spends
+    its budget thinking (no answer); C.2's reader (temperature 0.6, top-p 0.9, 4096 tokens, the
+    paper recipe's) finishes thinking and answers; so does a short reader with thinking off."""
+    _, tok = tiny_policy
+    tok.chat_template = THINKING_TEMPLATE
+    params = SamplingParams(max_new_tokens=64, temperature=0.0)
+
+    def read(**settings) -> tuple[str, object]:
+        env = RetrievalTreeEnvironment(retriever, **settings)
+        engine = ThinkingModel(tok)
+        (t,) = env.validation_rollout([EX], engine, params)
+        return env.extract_answer(t), engine.log[-1][1]
+
+    answer, _ = read(reader_max_new_tokens=32)
+    assert "Kessa" not in answer  # cut inside the thinking
+    answer, reader = read(reader_max_new_tokens=4096, reader_temperature=0.6, reader_top_p=0.9)
+    assert answer == "Kessa"
+    assert (reader.temperature, reader.top_p, reader.max_new_tokens) == (0.6, 0.9, 4096)
+    answer, _ = read(reader_max_new_tokens=32, chat_template_kwargs={"enable_thinking": False})
+    assert answer == "Kessa"
+    with pytest.raises(ValueError, match="reader_top_p in"):
+        RetrievalTreeEnvironment(retriever, reader_top_p=0.0)

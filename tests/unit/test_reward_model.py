@@ -46,10 +46,13 @@ def test_pair_files_round_trip_and_bad_rows(tmp_path):
 def test_fit_learns_a_planted_preference(tmp_path, single_head):
     torch.manual_seed(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
-    pairs = [{"chosen": f"search {w} found gold evidence", "rejected": f"search {w} refuse nothing"}
-             for w in words * 4]
+    def pair(w: str) -> dict:
+        return {"chosen": f"search {w} found gold evidence", "rejected": f"search {w} refuse nothing"}
+
+    pairs = [pair(w) for w in words[:4] * 4]  # trains on four words
+    held_out = [pair(w) for w in words[4:]]  # validates on two it never saw
     train = write_pairs(pairs, tmp_path / "train.jsonl")
-    val = write_pairs(pairs[:6], tmp_path / "val.jsonl")
+    val = write_pairs(held_out, tmp_path / "val.jsonl")
     module = RewardModelModule(encoder=TINY, single_head=single_head, lr=5e-2)
     trainer = L.Trainer(max_epochs=15, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0)
@@ -57,5 +60,5 @@ def test_fit_learns_a_planted_preference(tmp_path, single_head):
     assert module.heads.out_features == (1 if single_head else 7)
     metrics = trainer.callback_metrics
     assert float(metrics["val/pair_accuracy"]) == 1.0 and float(metrics["val/loss"]) < math.log(2)
-    scores = module.score([pairs[0]["chosen"], pairs[0]["rejected"]])
+    scores = module.score([held_out[0]["chosen"], held_out[0]["rejected"]])
     assert scores[0] > scores[1]

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from helpers import require_package
 
 from lit_rag.plugins.rewards.arena import ArenaReward, parse_arena, parse_relevance
 from lit_rag.types import Example, Passage, Trajectory
@@ -204,6 +205,41 @@ def test_malformed_keeps_accuracy_and_relevance(text: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "text, release, parts",
+    [
+        # whitespace before <relevance>: the release's ^<relevance> rejects it
+        (" " + PERFECT, 0.0, 1.0),
+        ("\n" + PERFECT, 0.0, 1.0),
+        # a "<" inside a section: the release's [^<]* rejects it
+        (PERFECT.replace("a museum", "a museum < 1 km from the Seine"), 0.0, 1.0),
+        (PERFECT.replace("a museum;", "a museum;<br>"), 0.0, 1.0),
+        # text after a line break after </answer>: the release's $ (MULTILINE) accepts it
+        (PERFECT + "\nHope this helps.", 1.0, 0.0),
+        (PERFECT + "\n\n<answer>Lyon</answer>", 1.0, 0.0),
+        # on the same line neither accepts it; trailing whitespace both accept
+        (PERFECT + " Hope this helps.", 0.0, 0.0),
+        (PERFECT + "\n", 1.0, 1.0),
+    ],
+)
+def test_format_check_release_and_parts(text: str, release: float, parts: float) -> None:
+    """ARENA's released format_score regex (the default) against the earlier 'parts in order'
+    reading: the three cases where they differ, each both ways. Format gates the bonus of 10:
+    PERFECT's relevance is right, so total = format + accuracy + 1 + (10 if both are 1): 13
+    well-formed, 2 malformed; the appended <answer>Lyon</answer> is the last pair, so accuracy 0
+    (1 + 0 + 1 + 0 = 2 even where the release accepts the format)."""
+    for check, expected in (("release", release), ("parts", parts)):
+        s = score(text, format_check=check)
+        assert s["format"] == expected, check
+        accurate = float("Lyon" not in text)  # the last <answer> pair is scored
+        assert s["total"] == expected + accurate + 1.0 + (10.0 if expected and accurate else 0.0)
+
+
+def test_unknown_format_check_is_rejected() -> None:
+    with pytest.raises(ValueError, match="arena format_check 'regex' is not known; allowed: release, parts"):
+        ArenaReward(format_check="regex")
+
+
 def test_missing_answer_section() -> None:
     # answer only stated in the analysis: accuracy 0, format 0; total = relevance 1
     text = "<relevance>[2, 4]</relevance><analysis>The answer is Paris.</analysis>"
@@ -312,7 +348,8 @@ def test_never_raise_on_seeded_random_text() -> None:
 
 
 def test_never_raise_hypothesis() -> None:
-    hypothesis = pytest.importorskip("hypothesis")
+    require_package("hypothesis", "pip install hypothesis")
+    import hypothesis
     st = hypothesis.strategies
     texts = st.text() | st.lists(st.sampled_from(ALPHABET)).map("".join)
 
@@ -325,7 +362,8 @@ def test_never_raise_hypothesis() -> None:
 
 
 def test_round_trip_hypothesis() -> None:
-    hypothesis = pytest.importorskip("hypothesis")
+    require_package("hypothesis", "pip install hypothesis")
+    import hypothesis
     st = hypothesis.strategies
     body = st.text(alphabet=st.characters(blacklist_characters="<"))
     numbers = st.lists(st.integers(min_value=1, max_value=20))
@@ -350,9 +388,11 @@ def test_round_trip_seeded() -> None:
         analysis = "".join(rng.choices(" ab\n.[]1/>é", k=rng.randrange(12)))
         answer = "".join(rng.choices(" xy,\t2", k=rng.randrange(6)))
         text = (
-            f" <relevance>{ids}</relevance>\n<analysis>{analysis}</analysis>"
+            f"<relevance>{ids}</relevance>\n<analysis>{analysis}</analysis>"
             f"<answer>{answer}</answer>\n"
         )
         p = parse_arena(text)
         assert p.well_formed and p.relevance == ids
         assert (p.analysis, p.answer) == (analysis.strip(), answer.strip())
+        # the earlier reading also takes whitespace before the first part; the release does not
+        assert parse_arena(" " + text, "parts").well_formed and not parse_arena(" " + text).well_formed

@@ -172,6 +172,29 @@ def test_search_r1_mode_has_no_evaluation_phase(tiny_policy, retriever):
     assert engine.log[1][1].stop == ["</search>", "</answer>"]
 
 
+def test_information_block_cut_as_search_r1s_max_obs_length(tiny_policy, retriever):
+    """max_information_tokens cuts the whole inserted block, tags included, to its first N token
+    ids (Search-R1's _process_next_obs); max_document_tokens cuts each document instead."""
+    _, tok = tiny_policy
+    calls = [["<search>Mira Tolvan born</search>"], ["<answer>Kessa</answer>"]]
+    whole = SearchAgentEnvironment(retriever, top_k=2, evaluate=False)
+    (full,), _ = run(whole, tok, calls)
+    block = segments(full, tok)[1][0]
+    block_ids = tok(block, add_special_tokens=False)["input_ids"]
+    assert block.endswith("</information>\n\n") and len(block_ids) > 12
+    cut = SearchAgentEnvironment(retriever, top_k=2, evaluate=False, max_information_tokens=12)
+    (traj,), engine = run(cut, tok, calls)
+    inserted = [i for i, m in zip(traj.completion_ids.tolist(), traj.loss_mask.tolist()) if m == 0]
+    assert inserted == block_ids[:12]  # the first 12 token ids of the uncut block, nothing more
+    assert "</information>" not in tok.decode(inserted)  # the closing tag went with the cut
+    assert engine.log[1][0][0].endswith(tok.decode(block_ids[:12]))
+    per_doc = SearchAgentEnvironment(retriever, top_k=2, evaluate=False, max_document_tokens=3)
+    (doc,), _ = run(per_doc, tok, calls)
+    assert segments(doc, tok)[1][0].endswith("</information>\n\n")  # each document cut, tags kept
+    with pytest.raises(ValueError, match="max_information_tokens must be >= 1 or null"):
+        SearchAgentEnvironment(retriever, max_information_tokens=0)
+
+
 def test_evaluate_prefix_is_inserted_and_masked(tiny_policy, retriever):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, evaluate_prefix="<evaluate>")

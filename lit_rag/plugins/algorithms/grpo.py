@@ -72,6 +72,12 @@ class GRPO(Algorithm):
         epsilon: Lower clip range eps_low (and upper, unless ``epsilon_high`` is set).
         epsilon_high: Upper clip range (DAPO clip-higher: 0.28).
         mu: Optimization passes over each rollout batch.
+        mini_batches: Optimizer steps per pass: the kept groups in this many consecutive parts
+            of near-equal size (a group is never cut), each part's token weights normalized
+            over the part (verl's ``train_batch_size / ppo_mini_batch_size``; Search-R1's
+            script: 2,560 rows in mini-batches of 256, 10). pi_old is the sampling policy for
+            every part. ``trainer.max_steps`` counts optimizer steps: ``mu x mini_batches``
+            per rollout batch.
         loss_aggregation: ``sequence``, ``token`` or ``constant``.
         scale_rewards: ``group``, ``batch`` or ``none``.
         max_completion_length: Normalizer of ``constant`` aggregation (defaults to the
@@ -97,6 +103,7 @@ class GRPO(Algorithm):
         epsilon: float = 0.2,
         epsilon_high: float | None = None,
         mu: int = 1,
+        mini_batches: int = 1,
         loss_aggregation: str = "sequence",
         scale_rewards: str = "group",
         max_completion_length: int | None = None,
@@ -124,8 +131,8 @@ class GRPO(Algorithm):
             )
         if importance_sampling_cap is not None and importance_sampling_cap < 1:
             raise ValueError(f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}")
-        if mu < 1:
-            raise ValueError(f"grpo mu must be >= 1, got {mu}")
+        if mu < 1 or mini_batches < 1:
+            raise ValueError(f"grpo mu and mini_batches must be >= 1, got {mu}, {mini_batches}")
         if beta < 0 or epsilon < 0:
             raise ValueError(f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}")
         self.beta = beta
@@ -135,7 +142,8 @@ class GRPO(Algorithm):
         self.policy_loss, self.policy_loss_fn = policy_loss, policy_loss_fn(policy_loss)
         self.epsilon_low = epsilon
         self.epsilon_high = epsilon if epsilon_high is None else epsilon_high
-        self.mu = mu
+        self.mu, self.mini_batches = mu, mini_batches
+        self.steps_per_pass = mini_batches
         self.loss_aggregation = loss_aggregation
         self.scale_rewards = scale_rewards
         self.max_completion_length = max_completion_length
@@ -200,7 +208,26 @@ class GRPO(Algorithm):
         else:
             weights = mask / (n * (self.max_completion_length or width))
         batch.advantages, batch.token_weights = advantages[keep], weights
+        if self.mini_batches > 1:
+            batch.mini_batches = self._split(groups[keep], weights)
         return Prepared(batch=batch, metrics=metrics)
+
+    def _split(self, groups: torch.Tensor, weights: torch.Tensor) -> list[tuple[torch.Tensor, float]]:
+        """``(rows, loss scale)`` of each mini-batch: consecutive whole groups, as equal in count
+        as they divide; the scale makes a part's weights those :meth:`prepare` would give it
+        alone (sequence and constant aggregation: rows / part rows; token: tokens / part
+        tokens), so each optimizer step sees a mean over its own part."""
+        order = list(dict.fromkeys(groups.tolist()))
+        parts = [chunk for chunk in torch.tensor(order).tensor_split(min(self.mini_batches, len(order))) if len(chunk)]
+        out = []
+        for chunk in parts:
+            rows = torch.nonzero(torch.isin(groups, chunk)).flatten()
+            if self.loss_aggregation == "token":
+                scale = float(weights.sum() / weights[rows].sum().clamp(min=1e-12))
+            else:
+                scale = len(groups) / len(rows)
+            out.append((rows, scale))
+        return out
 
     def loss(self, batch: TrainBatch) -> LossOutput:
         mask = batch.completion_mask  # [B, C]

@@ -1,7 +1,9 @@
 """EVO-RAG's query-rewriting agent (evo_rag.txt Sections 3.1-3.2, 3.4, Algorithm 1).
 
-At each hop ``t`` the agent sees the state ``s_t = (q_<t, D_<t, A_<t)`` (the question, the
-sub-queries it kept and their documents) and writes one action:
+At each hop ``t`` the agent sees the state ``s_t = (q_<t, D_<t, A_<t)`` (Section 3.2: the
+sub-queries it kept, their documents, and "any intermediate answers and rationales": the
+reasoning the agent wrote inside ``<think></think>`` before each kept sub-query; an ANSWER ends
+the episode, so no answer is intermediate) and the question, and writes one action:
 
     <search>sub-query</search>   SEARCH: retrieve top-k documents for the sub-query
     <backtrack></backtrack>      BACKTRACK: drop the last kept sub-query and its documents
@@ -86,20 +88,25 @@ def parse_action(text: str) -> tuple[str, str]:
     return best
 
 
-def kept_state(steps: list[Step], passages: dict[str, Passage]) -> list[tuple[str, list[Passage]]]:
-    """The sub-queries (and their documents) the state after ``steps`` keeps: SEARCH adds one,
-    BACKTRACK drops the last (Section 3.1); ``passages`` maps the steps' ids to passages.
+def kept_state(steps: list[Step], passages: dict[str, Passage],
+               prefix: str = "") -> list[tuple[str, list[Passage], str]]:
+    """The sub-queries the state after ``steps`` keeps, each with its documents and the
+    rationale written before it (the last ``<think>`` block of the step's text, ``prefix`` + text:
+    A_<t of Section 3.2; ``""`` when there is none): SEARCH adds one, BACKTRACK drops the last
+    with its rationale (Section 3.1); ``passages`` maps the steps' ids to passages.
 
     Example:
         >>> p = Passage("g1", "Orbel Mills", "founded by Mira Tolvan")
-        >>> steps = [Step("search", "a", ["g1"]), Step("search", "b", []), Step("backtrack")]
-        >>> kept_state(steps, {"g1": p}) == [("a", [p])]
+        >>> steps = [Step("search", "a", ["g1"], "<think>hop 1</think><search>a</search>"),
+        ...          Step("search", "b", []), Step("backtrack")]
+        >>> kept_state(steps, {"g1": p}) == [("a", [p], "hop 1")]
         True
     """
-    kept: list[tuple[str, list[Passage]]] = []
+    kept: list[tuple[str, list[Passage], str]] = []
     for step in steps:
         if step.action == "search":
-            kept.append((step.query or "", [passages[pid] for pid in step.passage_ids]))
+            rationale = extract_tag(prefix + (step.text or ""), "think") or ""
+            kept.append((step.query or "", [passages[pid] for pid in step.passage_ids], rationale))
         elif step.action == "backtrack" and kept:
             kept.pop()
     return kept
@@ -124,7 +131,11 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         prompt: Instruction, sent as the system message.
         state_template: The user message, with ``{question}`` and ``{history}``.
         use_chat_template: Through the tokenizer's chat template; False writes raw text.
+        chat_template_kwargs: Keyword arguments of the chat template, e.g.
+            ``{"enable_thinking": false}`` (Qwen3 thinks by default).
         assistant_prefix: Text that starts every action (parsed with it).
+        state_rationales: Show each kept sub-query's rationale in the state (A_<t, Section
+            3.2); False shows sub-queries and documents only.
     """
 
     def __init__(
@@ -137,26 +148,32 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         state_template: str = STATE_TEMPLATE,
         use_chat_template: bool = True,
         assistant_prefix: str = "",
+        state_rationales: bool = True,
+        chat_template_kwargs: dict | None = None,
     ) -> None:
         if t_max < 1 or top_k < 1 or branch_states < 0:
             raise ValueError(f"environment t_max and top_k must be >= 1 and branch_states >= 0; got {t_max}, {top_k}, {branch_states}")
         self.retriever, self.top_k, self.t_max, self.branch_states = retriever, top_k, t_max, branch_states
         self.prompt, self.state_template = prompt, state_template
         self.use_chat_template, self.assistant_prefix = use_chat_template, assistant_prefix
+        self.state_rationales, self.chat_template_kwargs = state_rationales, chat_template_kwargs
 
     def build_prompt(self, example: Example, tokenizer) -> str:
         """The first state's prompt (no sub-queries yet); :meth:`state_prompt` gives the others."""
         return self.state_prompt(example, [], tokenizer)
 
-    def state_prompt(self, example: Example, kept: list[tuple[str, list[Passage]]], tokenizer) -> str:
-        """The prompt of state ``s_t``: the question and the kept sub-queries with their documents."""
+    def state_prompt(self, example: Example, kept: list[tuple[str, list[Passage], str]], tokenizer) -> str:
+        """The prompt of state ``s_t``: the question and the kept sub-queries, each after its
+        rationale (``state_rationales``) and with its documents."""
         lines = []
-        for i, (query, passages) in enumerate(kept):
+        for i, (query, passages, rationale) in enumerate(kept):
+            if rationale and self.state_rationales:
+                lines.append(f"Thought {i + 1}: {rationale}")
             lines.append(f"Sub-query {i + 1}: {query}")
             lines += [f"  [{j + 1}] {p.title}: {p.text}" for j, p in enumerate(passages)] or ["  (no documents)"]
         history = "\n".join(lines) if lines else "(no sub-queries yet)"
         user = self.state_template.format(question=example.question, history=history)
-        text = chat_prompt(tokenizer, self.prompt, user, self.use_chat_template)
+        text = chat_prompt(tokenizer, self.prompt, user, self.use_chat_template, self.chat_template_kwargs)
         return (f"{self.prompt}\n\n{user}\n" if text is None else text) + self.assistant_prefix
 
     # ---- the episode: one handler per state -----------------------------------------------
@@ -187,7 +204,8 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             siblings = [branch(e, t) for _ in range(e.meta["siblings"])]
             e.meta["branches"].append((t, siblings))
             loop.start(siblings)
-        prompt = self.state_prompt(e.example, kept_state(e.steps, e.passages), loop.tokenizer)
+        kept = kept_state(e.steps, e.passages, self.assistant_prefix)
+        prompt = self.state_prompt(e.example, kept, loop.tokenizer)
         return Generate("act", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
 
     def _acted(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:

@@ -198,9 +198,15 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         user_template: The user message with ``{question}`` and ``{evidences}``.
         evidence_template: One evidence, with ``{index}``, ``{title}``, ``{text}``.
         use_chat_template: Send system + user through the chat template; False writes raw text.
+        chat_template_kwargs: Keyword arguments of the chat template, e.g.
+            ``{"enable_thinking": false}`` (Qwen3 thinks by default).
         reader_prompt: Validation's QA prompt, with ``{documents}`` and ``{question}``;
             empty skips QA (retrieval metrics only).
-        reader_max_new_tokens: Token budget of the reader's answer.
+        reader_max_new_tokens: Token budget of the reader's answer (thinking included: a
+            reader whose chat template thinks needs room to finish thinking, C.2's 4096).
+        reader_temperature: The reader's sampling temperature (0: greedy). The paper's
+            inference samples at 0.6 (C.2).
+        reader_top_p: The reader's nucleus (C.2: 0.9).
         assistant_prefix: Text that starts every steering output (part of the prompt; parsed
             as the start of the output). Off by default; small models need ``"<think>"``.
         example: A worked input and output appended to the instruction after "Example:". Off
@@ -226,6 +232,9 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         reader_max_new_tokens: int = 32,
         assistant_prefix: str = "",
         example: str = "",
+        chat_template_kwargs: dict | None = None,
+        reader_temperature: float = 0.0,
+        reader_top_p: float = 1.0,
     ) -> None:
         for name, value in (
             ("top_k", top_k),
@@ -235,6 +244,11 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         ):
             if value < 1:
                 raise ValueError(f"environment {name} must be >= 1, got {value}")
+        if reader_max_new_tokens < 1 or reader_temperature < 0 or not 0 < reader_top_p <= 1:
+            raise ValueError(
+                "environment reader_max_new_tokens must be >= 1, reader_temperature >= 0 and "
+                f"reader_top_p in (0, 1]; got {reader_max_new_tokens}, {reader_temperature}, {reader_top_p}"
+            )
         if val_top_t is not None and val_top_t < 1:
             raise ValueError(
                 f"environment val_top_t must be >= 1 or null (keep every branch), got {val_top_t}"
@@ -259,6 +273,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         )
         self.use_chat_template = use_chat_template
         self.reader_prompt, self.reader_max_new_tokens = reader_prompt, reader_max_new_tokens
+        self.reader_temperature, self.reader_top_p = reader_temperature, reader_top_p
+        self.chat_template_kwargs = chat_template_kwargs
         self.assistant_prefix = assistant_prefix
         self.example = example
 
@@ -470,13 +486,14 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         return self._expand(loop, e) if base or predicted else None
 
     def _read(self, trees: list[Episode], engine: RolloutEngine) -> list[tuple]:
-        """The reader's answer of each tree from its retrieved documents, greedy:
-        ``(ids, logprobs, text, finished)``."""
+        """The reader's answer of each tree from its retrieved documents (``reader_*``
+        sampling, stopping at ``</answer>``): ``(ids, logprobs, text, finished)``."""
         empty = (torch.zeros(0, dtype=torch.long), torch.zeros(0), "", True)
         if not self.reader_prompt:
             return [empty] * len(trees)
         params = SamplingParams(
-            max_new_tokens=self.reader_max_new_tokens, temperature=0.0, stop=["</answer>"]
+            max_new_tokens=self.reader_max_new_tokens, temperature=self.reader_temperature,
+            top_p=self.reader_top_p, stop=["</answer>"]
         )
         loop = EpisodeLoop(engine, params)
         readers = [Episode(e.example, e.group, [], passages=e.passages) for e in trees]

@@ -36,7 +36,11 @@ Where the paper is silent, what we do:
   action; hitting ``max_response_tokens`` (the whole completion, inserted tokens included)
   ends the episode with ``truncated=True``. Documents that do not fit are cut to the budget.
 - Documents are written as in Search-R1: ``Doc i(Title: t) text`` one per line, each cut to
-  ``max_document_tokens`` tokens when that is set.
+  ``max_document_tokens`` tokens when that is set. ``max_information_tokens`` cuts the whole
+  inserted block instead, tags and all, as Search-R1's released loop does with
+  ``max_obs_length`` (``search_r1/llm_agent/generation.py``, ``_process_next_obs``: the
+  observation's token ids cut to the first ``max_obs_length``, so a long block loses its
+  closing ``</information>``).
 - The EOS token the policy emits stays in the completion (it is the policy's action and gets
   its gradient); the episode goes on after it as Algorithm 1 says.
 """
@@ -112,6 +116,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         max_turns: N of Algorithm 1: at most this many actions (searches or invalid actions).
         max_response_tokens: Budget of the whole completion, inserted tokens included.
         max_document_tokens: Cut each retrieved document to this many tokens (None = whole).
+        max_information_tokens: Cut the whole inserted ``<information>`` block to this many
+            tokens (Search-R1's ``max_obs_length``; None = whole).
         evaluate: Ask for ``<evaluate>...</evaluate>`` after each search (Eval-RAR); False is
             Search-R1.
         evaluate_prefix: Text inserted (masked) before the evaluation, e.g. ``"<evaluate>"``;
@@ -120,6 +126,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             ``evaluate`` is on, Search-R1's prompt when it is off.
         use_chat_template: Send the prompt as a user message through the chat template
             (Instruct models); False writes it as raw text (Base models).
+        chat_template_kwargs: Keyword arguments of the chat template, e.g.
+            ``{"enable_thinking": false}`` (Qwen3 thinks by default).
         assistant_prefix: Text that starts the response (part of the prompt). Off by default.
         document_template: One document, with ``{index}`` (from 1), ``{title}``, ``{text}``.
         invalid_action_message: Appended after an invalid action (Algorithm 1, line 22).
@@ -136,6 +144,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         max_turns: int = 4,
         max_response_tokens: int = 1024,
         max_document_tokens: int | None = None,
+        max_information_tokens: int | None = None,
         evaluate: bool = True,
         evaluate_prefix: str = "",
         prompt_template: str | None = None,
@@ -145,6 +154,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         invalid_action_message: str = INVALID_ACTION_MESSAGE,
         answer_tag: str = "answer",
         answer_after_max_turns: bool = False,
+        chat_template_kwargs: dict | None = None,
     ) -> None:
         if prompt_template is None:
             prompt_template = EVAL_RAR_PROMPT if evaluate else SEARCH_R1_PROMPT
@@ -163,11 +173,16 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         ):
             if value < 1:
                 raise ValueError(f"environment {name} must be >= 1, got {value}")
+        for name, value in (("max_document_tokens", max_document_tokens),
+                            ("max_information_tokens", max_information_tokens)):
+            if value is not None and value < 1:
+                raise ValueError(f"environment {name} must be >= 1 or null (no cut), got {value}")
         self.retriever = retriever
         self.top_k = top_k
         self.max_turns = max_turns
         self.max_response_tokens = max_response_tokens
         self.max_document_tokens = max_document_tokens
+        self.max_information_tokens = max_information_tokens
         self.evaluate = evaluate
         self.evaluate_prefix = evaluate_prefix
         self.prompt_template = prompt_template
@@ -177,12 +192,13 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         self.invalid_action_message = invalid_action_message
         self.answer_tag = answer_tag
         self.answer_after_max_turns = answer_after_max_turns
+        self.chat_template_kwargs = chat_template_kwargs
 
     # ---- prompt ----------------------------------------------------------------------------
     def build_prompt(self, example: Example, tokenizer) -> str:
         """Appendix A.1 with the question; through the chat template unless disabled."""
         user = self.prompt_template.format(question=example.question)
-        text = chat_prompt(tokenizer, "", user, self.use_chat_template)
+        text = chat_prompt(tokenizer, "", user, self.use_chat_template, self.chat_template_kwargs)
         return (user if text is None else text) + self.assistant_prefix
 
     def format_information(self, hits: list, tokenizer) -> str:
@@ -276,7 +292,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
     def _retrieved(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
         """Insert the documents, then ask for the evaluation (Eval-RAR) or the next action."""
         e.steps[-1].passage_ids = [h.passage.id for h in hits[0]]
-        self._insert(loop, e, self.format_information(hits[0], loop.tokenizer))
+        self._insert(loop, e, self.format_information(hits[0], loop.tokenizer),
+                     limit=self.max_information_tokens)
         if e.done:
             return None
         if not self.evaluate:
@@ -327,9 +344,13 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             return False
         return True
 
-    def _insert(self, loop: EpisodeLoop, e: Episode, text: str) -> None:
-        """Append environment text (masked), cut to the episode's remaining budget."""
+    def _insert(self, loop: EpisodeLoop, e: Episode, text: str, limit: int | None = None) -> None:
+        """Append environment text (masked), its first ``limit`` tokens when that is set, cut to
+        the episode's remaining budget."""
         ids = loop.encode(text)
+        if limit is not None and len(ids) > limit:
+            ids = ids[:limit]
+            text = loop.tokenizer.decode(ids)
         left = self.max_response_tokens - len(e.ids)
         if len(ids) >= left:
             e.insert(ids[: max(left, 0)], text)

@@ -69,6 +69,8 @@ class SingleTurnEnvironment(Environment):
             reads it as the start of the completion).
         use_chat_template: Send messages through the tokenizer's chat template; False writes
             system, user and prefix as plain text (base models).
+        chat_template_kwargs: Keyword arguments of the chat template, e.g.
+            ``{"enable_thinking": false}`` (Qwen3 thinks by default).
         answer_tag: Tag whose content is the answer (for EM/F1 in validation).
         prompt_layout: ``one_message``: instruction, ``user_header`` and user part in one user
             message (ARENA's released data maker); ``system_user``: the instruction as a system
@@ -89,6 +91,7 @@ class SingleTurnEnvironment(Environment):
         answer_tag: str = "answer",
         prompt_layout: str = "one_message",
         user_header: str = ARENA_USER_HEADER,
+        chat_template_kwargs: dict | None = None,
     ) -> None:
         if prompt_layout not in LAYOUTS:
             raise ValueError(
@@ -113,6 +116,7 @@ class SingleTurnEnvironment(Environment):
         self.answer_tag = answer_tag
         self.prompt_layout = prompt_layout
         self.user_header = user_header
+        self.chat_template_kwargs = chat_template_kwargs
 
     def format_references(self, references: list[Passage]) -> str:
         return self.reference_separator.join(
@@ -131,7 +135,7 @@ class SingleTurnEnvironment(Environment):
         if self.prompt_layout == "one_message":  # Table 1 as one user message (the release)
             user = "\n".join(part for part in (system, self.user_header, user) if part)
             system = ""
-        text = chat_prompt(tokenizer, system, user, self.use_chat_template)
+        text = chat_prompt(tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs)
         if text is None:
             if self.prompt_layout == "one_message":
                 return f"{user}\nAssistant: {self.assistant_prefix}"

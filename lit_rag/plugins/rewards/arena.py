@@ -9,9 +9,18 @@ alias, Appendix B); relevance compares the predicted reference numbers with the 
 
 What we do: exactly that, with these decisions where the paper is silent:
 
-- Format is strict: each of the six tags occurs exactly once, in order, with only whitespace
-  before, between and after the three parts. Empty parts still count as well-formed; they
-  lose accuracy/relevance instead.
+- Format follows the release (``format_check: release``, the default): the paper says only
+  "the three parts in order", and ARENA's released code scores format in training
+  (``src/rewards.py``) and evaluation with ``format_score`` (``src/evaluate.py``), the regex
+  ``^<relevance>[^<]*</relevance>\\s*<analysis>[^<]*</analysis>\\s*<answer>[^<]*</answer>$``
+  under ``re.DOTALL | re.MULTILINE``. So, beyond the parts in order: nothing may come before
+  ``<relevance>`` (not even whitespace); no section may contain a ``<``; and since ``$`` matches
+  at any line end, text after a line break that follows ``</answer>`` is accepted (on the same
+  line it is not). Format gates the bonus of 10, so the rule matters. ``format_check: parts`` is
+  our earlier reading of the paper: each of the six tags exactly once, in order, with only
+  whitespace before, between and after the parts (leading whitespace and ``<`` inside a part
+  accepted, any text after ``</answer>`` rejected). Either way, empty parts still count as
+  well-formed; they lose accuracy/relevance instead.
 - Accuracy and relevance read the last complete ``<answer>`` / ``<relevance>`` pair
   (:func:`~lit_rag.plugins.rewards.qa.extract_tag`) whether or not the format is right, so the
   components stay independent as in the paper (the release reads the first pair; the two only
@@ -39,6 +48,7 @@ What we do: exactly that, with these decisions where the paper is silent:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +64,14 @@ from lit_rag.api import (
 )
 
 SECTIONS = ("relevance", "analysis", "answer")
+FORMAT_CHECKS = ("release", "parts")
+
+#: ARENA's released ``format_score`` (src/evaluate.py), verbatim but for the verbose layout.
+#: ``[^<]*`` cannot overlap a tag, so matching is linear in the text.
+RELEASE_FORMAT = re.compile(
+    r"^<relevance>[^<]*</relevance>\s*<analysis>[^<]*</analysis>\s*<answer>[^<]*</answer>$",
+    re.DOTALL | re.MULTILINE,
+)
 
 
 @dataclass
@@ -96,12 +114,22 @@ def parse_relevance(content: str) -> list[int] | None:
     return value
 
 
-def is_well_formed(text: str) -> bool:
-    """True when ``text`` is the three ARENA parts in order and nothing else.
+def is_well_formed(text: str, check: str = "release") -> bool:
+    """True when ``text`` is the three ARENA parts in order (see the module doc).
 
-    Each of the six tags must occur exactly once, in that order, with only whitespace outside
-    the three parts. Linear time: six ``count`` and six ``find`` calls.
+    ``release``: ARENA's released ``format_score`` regex (:data:`RELEASE_FORMAT`). ``parts``: each
+    of the six tags exactly once, in that order, with only whitespace outside the three parts
+    (linear time: six ``count`` and six ``find`` calls). Never raises.
+
+    Example:
+        >>> ok = "<relevance>[1]</relevance><analysis>a</analysis><answer>b</answer>"
+        >>> is_well_formed(" " + ok), is_well_formed(" " + ok, "parts")
+        (False, True)
+        >>> is_well_formed(ok + "\\nmore"), is_well_formed(ok + "\\nmore", "parts")
+        (True, False)
     """
+    if check == "release":
+        return RELEASE_FORMAT.match(text) is not None
     markers = [m for name in SECTIONS for m in (f"<{name}>", f"</{name}>")]
     if any(text.count(m) != 1 for m in markers):
         return False
@@ -114,7 +142,7 @@ def is_well_formed(text: str) -> bool:
     return all(not text[a:b].strip() for a, b in zip(ends, starts))
 
 
-def parse_arena(text: str) -> ArenaParse:
+def parse_arena(text: str, format_check: str = "release") -> ArenaParse:
     """Split an ARENA completion into its parts. Never raises.
 
     Example:
@@ -128,7 +156,7 @@ def parse_arena(text: str) -> ArenaParse:
         relevance=None if relevance is None else parse_relevance(relevance),
         analysis=extract_tag(text, "analysis"),
         answer=extract_tag(text, "answer"),
-        well_formed=is_well_formed(text),
+        well_formed=is_well_formed(text, format_check),
     )
 
 
@@ -170,6 +198,8 @@ class ArenaReward(Reward):
         bonus: Bonus value when format, accuracy and relevance are all 1.
         punctuation: How accuracy's normalization treats punctuation: ``space`` (ARENA's
             release) or ``delete`` (SQuAD); see :func:`~lit_rag.plugins.rewards.qa.normalize_answer`.
+        format_check: ``release`` (ARENA's released ``format_score`` regex) or ``parts`` (the
+            six tags once each, in order, whitespace around); see the module doc.
     """
 
     def __init__(
@@ -180,8 +210,11 @@ class ArenaReward(Reward):
         bonus_weight: float = 1.0,
         bonus: float = 10.0,
         punctuation: str = "space",
+        format_check: str = "release",
     ) -> None:
-        self.bonus = bonus
+        if format_check not in FORMAT_CHECKS:
+            raise ValueError(f"arena format_check '{format_check}' is not known; allowed: {', '.join(FORMAT_CHECKS)}")
+        self.bonus, self.format_check = bonus, format_check
         self.punctuation = check_punctuation(punctuation, "arena punctuation")
         self.weights = {
             "format": format_weight,
@@ -192,7 +225,7 @@ class ArenaReward(Reward):
 
     def score(self, text: str, example: Example) -> dict[str, float]:
         """Unweighted components for one completion."""
-        parsed = parse_arena(text)
+        parsed = parse_arena(text, self.format_check)
         fmt = float(parsed.well_formed)
         acc = (
             0.0

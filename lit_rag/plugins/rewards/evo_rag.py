@@ -32,6 +32,18 @@ documents) and :class:`AnswerableVerifier` (the dataset's label).
 
 Decisions where the paper is silent: ``t`` counts steps from 0 (Algorithm 1 starts at
 ``t <- 0``); ``r_dup`` is literal (a negative cosine gives a positive value).
+
+Where the paper contradicts itself, what we do:
+
+- The action penalty's weight: Section 3.2 says lambda(t) "increases linearly from 0.4 to 1.2
+  (Table 1)", while Table 1's lambda column goes 1.5 -> 0.8 -> 0.4 (falling; it is gamma's
+  column, the overlap penalty, that rises 0.1 -> 0.5 -> 1.2). We follow Table 1, the only place
+  that gives every weight at every anchor, and the curriculum's own logic (3.5: exploration is
+  cheap in Discovery, redundancy is priced in Refinement, which gamma's rise does). A user who
+  reads the text instead gives ``RewardWeightScheduler`` a ``table`` whose ``action`` row
+  rises (e.g. ``[0.4, 0.8, 1.2]``).
+- ``p(t) = t / T`` in Section 3.2 names no ``T``; Section 3.6 defines the episode horizon
+  ``T_max = 20`` and no other ``T``, so we read ``T`` as ``T_max``.
 """
 
 from __future__ import annotations
