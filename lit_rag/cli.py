@@ -361,6 +361,7 @@ def build_cli(args: list[str], run: bool = True):
 USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
        lit-rag index {build,search,eval,serve,import} ...
        lit-rag report RUN_DIR [--out DIR]
+       lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter]
        lit-rag plugins
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
@@ -421,6 +422,11 @@ def main(argv: list[str] | None = None) -> None:
             from lit_rag.report import main as report_main
 
             report_main(args[1:])
+            return
+        if args[:1] == ["export"]:
+            from lit_rag.export import main as export_main
+
+            export_main(args[1:])
             return
         build_cli(args)
     except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type

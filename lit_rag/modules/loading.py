@@ -75,7 +75,7 @@ class ModelConfig:
 
     Args:
         path: Local HF folder (with config.json), a ``.gguf`` file, a folder holding one
-            ``.gguf``, ``pkg://package/file.gguf``, or a hub id. Ignored when ``tiny`` is set.
+            ``.gguf``, ``pkg://package/file.gguf``, or a hub id. Not with ``tiny``.
         gguf_file: GGUF file name inside ``path`` when the folder holds several.
         tiny: Build a tiny random model instead of loading weights.
         dtype: Parameter dtype: ``float32``, ``bfloat16`` or ``float16``.
@@ -114,6 +114,9 @@ class ModelConfig:
         self.gradient_checkpointing = activation_checkpointing.normalize(self.gradient_checkpointing)
         if self.path is None and self.tiny is None:
             raise ValueError("model needs either 'path' (local weights) or 'tiny'")
+        if self.path is not None and self.tiny is not None:  # one would silently win
+            raise ValueError(f"model policy sets both 'path' ({self.path}) and 'tiny' (a random test model); "
+                             "set one: with a recipe that says tiny, add --model.policy.tiny=null")
 
 
 def cache_dir() -> Path:

