@@ -1,11 +1,11 @@
-"""Algorithm contract (DESIGN.md step 4): trajectories + rewards -> a typed batch; log-probs -> loss.
+"""Algorithm contract (docs/DESIGN.md step 4): trajectories + rewards -> a typed batch; log-probs -> loss.
 
-An :class:`Algorithm` never generates text and imports nothing from Lightning (STYLE.md 1). Its
+An :class:`Algorithm` never generates text and imports nothing from Lightning (docs/STYLE.md 1). Its
 :meth:`~Algorithm.prepare` returns a :class:`Prepared` (a :class:`TrainBatch` and metrics); the
 policy module adds the log-probs it computes (``ref_logprobs``, ``old_logprobs``,
 ``logprobs``) to micro-batches of it and hands each to :meth:`~Algorithm.loss`.
 
-GRPO-family algorithms choose two small registered functions by name (STYLE.md 13, after verl's
+GRPO-family algorithms choose two small registered functions by name (docs/STYLE.md 13, after verl's
 ``register_adv_est`` / ``register_policy_loss`` in ``verl/trainer/ppo/core_algos.py``):
 
 - an advantage estimator, :data:`AdvantageFn`: ``(rewards [N], groups [N], scale_rewards) -> [N]``,

@@ -1,6 +1,6 @@
 """lit-rag's public plugin API: everything a plugin, built-in or third-party, imports from lit-rag.
 
-The layers (DESIGN.md, "Layers and the public plugin API"): the CLI and callbacks wire things
+The layers (docs/DESIGN.md, "Layers and the public plugin API"): the CLI and callbacks wire things
 together; the built-in plugins (algorithms, rewards, environments) import only this module
 (and libraries); this module re-exports the contracts that live in lit-rag's core.
 

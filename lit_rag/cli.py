@@ -237,6 +237,10 @@ def _cli_class():
 
             use_atomic_checkpoints(self.trainer)
             check_scale(self.trainer, self.model, self.datamodule)
+            from lit_rag.callbacks.preemption import PreemptionCheckpoint
+
+            if not any(isinstance(c, PreemptionCheckpoint) for c in self.trainer.callbacks):
+                self.trainer.callbacks.append(PreemptionCheckpoint())  # SIGTERM: a checkpoint, then exit
 
     return LitRagCLI
 
@@ -437,6 +441,20 @@ def main(argv: list[str] | None = None) -> None:
     except (InputError, FileNotFoundError) as exc:
         print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SystemExit as exc:
+        if _stopped_by_sigterm(exc):  # Lightning exits 0 there; a scheduler must see the signal
+            raise SystemExit(128 + 15) from None
+        raise
+
+
+def _stopped_by_sigterm(exc: SystemExit) -> bool:
+    """Whether Lightning stopped the run on a SIGTERM (``SIGTERMException``, a ``SystemExit``
+    with no code); :class:`~lit_rag.callbacks.PreemptionCheckpoint` saved a checkpoint first."""
+    if "lightning" not in sys.modules:
+        return False
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    return isinstance(exc, SIGTERMException)
 
 
 def entry() -> None:

@@ -1,4 +1,4 @@
-"""Environment contract (DESIGN.md step 2): examples -> trajectories. Never computes rewards.
+"""Environment contract (docs/DESIGN.md step 2): examples -> trajectories. Never computes rewards.
 
 The base holds what every environment repeats: :meth:`~Environment.build_prompt` (one
 example's prompt text), :meth:`~Environment.prompts` (prompt -> token ids -> each repeated

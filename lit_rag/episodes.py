@@ -1,4 +1,4 @@
-"""One episode loop for every multi-turn environment (DESIGN.md step 2; STYLE.md 16).
+"""One episode loop for every multi-turn environment (docs/DESIGN.md step 2; docs/STYLE.md 16).
 
 A multi-turn episode is a state machine. An :class:`Episode` is the record of one trajectory
 being rolled out (its prompt, the completion so far with its loss mask and sampling log-probs,

@@ -29,7 +29,9 @@ import torch
 
 from lit_rag.errors import InputError
 
-USAGE = "lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter] [--model.policy.KEY=VALUE ...]"
+USAGE = (
+    "lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter] [--model.policy.KEY=VALUE ...]"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,16 +45,31 @@ def main(args: list[str]) -> None:
     parser.add_argument("checkpoint", help="a .ckpt file of a lit-rag run")
     parser.add_argument("--config", required=True, help="the recipe the run was trained with")
     parser.add_argument("--out", required=True, help="a new (or empty) folder")
-    parser.add_argument("--adapter", action="store_true", help="write the LoRA adapter alone, not merged")
+    parser.add_argument(
+        "--adapter", action="store_true", help="write the LoRA adapter alone, not merged"
+    )
     options, overrides = parser.parse_known_args(args)
-    out = export(options.checkpoint, options.config, options.out, adapter=options.adapter, overrides=overrides)
+    out = export(
+        options.checkpoint,
+        options.config,
+        options.out,
+        adapter=options.adapter,
+        overrides=overrides,
+    )
     kind = "LoRA adapter" if options.adapter else "model"
-    print(f"lit-rag export: wrote the {kind} to {out} (load it with "
-          f"AutoModelForCausalLM.from_pretrained or `vllm serve {out}`)")
+    print(
+        f"lit-rag export: wrote the {kind} to {out} (load it with "
+        f"AutoModelForCausalLM.from_pretrained or `vllm serve {out}`)"
+    )
 
 
-def export(checkpoint: str | Path, recipe: str, out: str | Path, adapter: bool = False,
-           overrides: list[str] | None = None) -> Path:
+def export(
+    checkpoint: str | Path,
+    recipe: str,
+    out: str | Path,
+    adapter: bool = False,
+    overrides: list[str] | None = None,
+) -> Path:
     """Write the policy of ``checkpoint`` (trained with ``recipe``) to the folder ``out``.
 
     Raises:
@@ -69,7 +86,9 @@ def export(checkpoint: str | Path, recipe: str, out: str | Path, adapter: bool =
         raise InputError(f"export: --out {out} exists and is not an empty folder; give a new one")
     config = policy_config(recipe, overrides or [])
     if adapter and config.lora is None:
-        raise InputError(f"export: --adapter needs a LoRA run, and {recipe}'s model.policy has no lora")
+        raise InputError(
+            f"export: --adapter needs a LoRA run, and {recipe}'s model.policy has no lora"
+        )
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
@@ -98,7 +117,9 @@ def policy_config(recipe: str, overrides: list[str]):
     cli = build_cli(["--config", recipe, *overrides], run=False)
     config = getattr(cli.model, "policy_config", None)
     if config is None:
-        raise InputError(f"export: {recipe} does not train a policy (its model is {type(cli.model).__name__})")
+        raise InputError(
+            f"export: {recipe} does not train a policy (its model is {type(cli.model).__name__})"
+        )
     return config
 
 
@@ -114,27 +135,43 @@ def load_trained_weights(model: torch.nn.Module, state: dict, checkpoint: Path, 
 
     weights = state.get("state_dict") if isinstance(state, dict) else None
     if not isinstance(weights, dict):
-        raise InputError(f"checkpoint {checkpoint} has no state_dict: not a lit-rag training checkpoint")
-    tensors = {strip_wrappers(key[len("model."):]): value for key, value in weights.items()
-               if key.startswith("model.") and isinstance(value, torch.Tensor)}
+        raise InputError(
+            f"checkpoint {checkpoint} has no state_dict: not a lit-rag training checkpoint"
+        )
+    tensors = {
+        strip_wrappers(key[len("model.") :]): value
+        for key, value in weights.items()
+        if key.startswith("model.") and isinstance(value, torch.Tensor)
+    }
     if not tensors:
         raise InputError(f"checkpoint {checkpoint} holds no policy weights (no model.* tensors)")
     own = model.state_dict(keep_vars=True)  # tied weights (lm_head = embed_tokens) under both names
     unexpected = sorted(set(tensors) - set(own))
     if unexpected:
-        raise InputError(f"checkpoint {checkpoint} holds {len(unexpected)} weights the recipe's model has not "
-                         f"(first: {unexpected[0]}): was it trained with another recipe or model?")
-    needed = {name for name, p in model.named_parameters() if p.requires_grad} if lora else set(
-        dict(model.named_parameters()))
+        raise InputError(
+            f"checkpoint {checkpoint} holds {len(unexpected)} weights the recipe's model has not "
+            f"(first: {unexpected[0]}): was it trained with another recipe or model?"
+        )
+    needed = (
+        {name for name, p in model.named_parameters() if p.requires_grad}
+        if lora
+        else set(dict(model.named_parameters()))
+    )
     absent = sorted(needed - set(tensors))
     if absent:
-        what = "adapter weights" if lora else "weights (a full fine-tuning checkpoint holds them all)"
-        raise InputError(f"checkpoint {checkpoint} lacks {len(absent)} {what} of the recipe's model "
-                         f"(first: {absent[0]}): was it trained with another recipe (LoRA settings)?")
+        what = (
+            "adapter weights" if lora else "weights (a full fine-tuning checkpoint holds them all)"
+        )
+        raise InputError(
+            f"checkpoint {checkpoint} lacks {len(absent)} {what} of the recipe's model "
+            f"(first: {absent[0]}): was it trained with another recipe (LoRA settings)?"
+        )
     for name, value in tensors.items():
         target = own[name]
         if target.shape != value.shape:
-            raise InputError(f"checkpoint {checkpoint}: {name} has shape {tuple(value.shape)}, the recipe's "
-                             f"model {tuple(target.shape)}")
+            raise InputError(
+                f"checkpoint {checkpoint}: {name} has shape {tuple(value.shape)}, the recipe's "
+                f"model {tuple(target.shape)}"
+            )
         with torch.no_grad():
             target.copy_(value.to(target.dtype))

@@ -1,6 +1,6 @@
-"""Reward contract (DESIGN.md step 3): trajectories + their examples -> :class:`RewardBreakdown`.
+"""Reward contract (docs/DESIGN.md step 3): trajectories + their examples -> :class:`RewardBreakdown`.
 
-A reward is a :class:`Reward` subclass, or a plain function (STYLE.md 14, as TRL's
+A reward is a :class:`Reward` subclass, or a plain function (docs/STYLE.md 14, as TRL's
 ``reward_funcs``)::
 
     def brevity(completions: list[str], examples: list[Example], max_words: int = 20) -> list[float]:

@@ -1,4 +1,4 @@
-"""What one training step hands to callbacks (DESIGN.md step 6).
+"""What one training step hands to callbacks (docs/DESIGN.md step 6).
 
 ``PolicyModule.training_step`` returns ``{"step": StepOutput(...)}``; Lightning passes that
 mapping to every callback's ``on_train_batch_end`` as ``outputs``, and

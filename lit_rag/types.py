@@ -1,4 +1,4 @@
-"""The vocabulary every part of lit-rag speaks (DESIGN.md, "Vocabulary").
+"""The vocabulary every part of lit-rag speaks (docs/DESIGN.md, "Vocabulary").
 
 Readers end in :class:`Example`; environments return :class:`Trajectory`; rewards return
 :class:`RewardBreakdown`. Nothing downstream of a reader knows a file format.

@@ -1,4 +1,4 @@
-"""``PolicyModule``: one RL step of the GRPO family as a LightningModule (DESIGN.md, steps 1-6).
+"""``PolicyModule``: one RL step of the GRPO family as a LightningModule (docs/DESIGN.md, steps 1-6).
 
 The module owns the policy (and its reference) and the optimization; the environment, reward,
 algorithm and rollout engine are plugins chosen in the recipe.
@@ -210,7 +210,7 @@ class PolicyModule(LightningModule):
         if isinstance(strategy, DeepSpeedStrategy) and self.max_grad_norm is not None:
             strategy.config.setdefault("gradient_clipping", self.max_grad_norm)
 
-    # ---- one RL step (DESIGN.md, "Who calls whom") ---------------------------------------
+    # ---- one RL step (docs/DESIGN.md, "Who calls whom") ---------------------------------------
     def training_step(self, batch: list[Example], batch_idx: int) -> dict[str, StepOutput]:
         started = time.perf_counter()
         trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2

@@ -1,6 +1,6 @@
 """What the policy module does differently under each of Lightning's strategies: FSDP wraps the
 policy itself, DeepSpeed's engine owns gradient accumulation and clipping, ZeRO-3 and FSDP gather
-sharded weights in every forward (DESIGN.md, "Scale")."""
+sharded weights in every forward (docs/DESIGN.md, "Scale")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rollout engine base (DESIGN.md step 2): prompts in, sampled token ids and log-probs out."""
+"""Rollout engine base (docs/DESIGN.md step 2): prompts in, sampled token ids and log-probs out."""
 
 from __future__ import annotations
 

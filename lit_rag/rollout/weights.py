@@ -1,5 +1,5 @@
 """The policy's weights as an inference engine loads them: ``(checkpoint name, tensor)`` pairs,
-one unit at a time (DESIGN.md, "Scale").
+one unit at a time (docs/DESIGN.md, "Scale").
 
 An engine that keeps its own copy of the policy (``vllm``) reloads it after every optimizer
 step. :func:`checkpoint_weights` walks the policy's module tree and yields each tensor under

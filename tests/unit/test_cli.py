@@ -1,7 +1,7 @@
 """The ``lit-rag`` command: plugin-name rewriting, every shipped recipe, overrides, errors.
 
 Every recipe in ``recipes/*.yaml`` is parsed and instantiated by the real LightningCLI with
-``run=False`` (STYLE.md item 6), so a recipe cannot rot. Nothing here loads model weights: the
+``run=False`` (docs/STYLE.md item 6), so a recipe cannot rot. Nothing here loads model weights: the
 policy loads in ``configure_model``, which ``run=False`` never calls.
 """
 

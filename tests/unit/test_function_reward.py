@@ -1,4 +1,4 @@
-"""A reward as a plain function (STYLE.md 14): :class:`FunctionReward` by hand, its checks on what
+"""A reward as a plain function (docs/STYLE.md 14): :class:`FunctionReward` by hand, its checks on what
 the function returns and on the recipe's keyword arguments, and the CLI path: a function
 registered in this process, named in a recipe or on the command line like a class."""
 

@@ -1,4 +1,4 @@
-"""Imports run down the layers (DESIGN.md, "Layers and the public plugin API").
+"""Imports run down the layers (docs/DESIGN.md, "Layers and the public plugin API").
 
     cli, export, callbacks              top: wire things together
     built-in plugins                    lit_rag/plugins/: algorithms, rewards, environments

@@ -31,7 +31,7 @@ equal weights. Truncated importance sampling (TIS, as TRL's
 policy-gradient term of each token by ``min(pi_old / pi_engine, C)`` (detached; the KL term is
 not weighted). Off by default; C = 2 is the value verl and ms-swift ship.
 
-Variants are registered functions (STYLE.md 13): ``advantage`` names the advantage estimator
+Variants are registered functions (docs/STYLE.md 13): ``advantage`` names the advantage estimator
 (``grpo``, the group-normalized one above; ``rloo``, the leave-one-out baseline; see
 :mod:`~lit_rag.plugins.algorithms.estimators`) and ``policy_loss`` the per-token surrogate
 (``ppo_clip``, above; ``gspo``, the sequence-level ratio; see
