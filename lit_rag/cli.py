@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -367,6 +368,7 @@ USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
        lit-rag report RUN_DIR [--out DIR]
        lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter]
        lit-rag plugins
+--verbose (or LIT_RAG_VERBOSE=1) also shows the warnings third-party libraries print on every run.
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
 
 #: LightningCLI's subcommands with the help it gives each: ``docstring_parser``'s short
@@ -403,7 +405,11 @@ def print_help() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
+    from lit_rag import console
+
+    args, loud = console.split_verbose(list(sys.argv[1:] if argv is None else argv))
+    if not loud:
+        console.quiet()
     if not args:
         print(USAGE)
         raise SystemExit(2)
@@ -460,8 +466,11 @@ def _stopped_by_sigterm(exc: SystemExit) -> bool:
 def entry() -> None:
     """The ``lit-rag`` console command: :func:`main`, trainer commands under tcmalloc
     (:mod:`lit_rag.preload`)."""
+    from lit_rag import console
     from lit_rag.preload import reexec_with_tcmalloc
 
+    if not console.split_verbose(sys.argv[1:])[1]:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: before the re-exec
     reexec_with_tcmalloc()
     main()
 

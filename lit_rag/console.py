@@ -1,0 +1,65 @@
+"""What a run's console shows: the run and its errors, not the messages third-party libraries
+print on every run by design.
+
+``lit-rag`` calls :func:`quiet` before anything heavy is imported, unless ``--verbose`` is on
+the command line or ``LIT_RAG_VERBOSE=1`` is set: then everything shows. Silenced, each seen on
+every quickstart run and none the user's to act on:
+
+- vLLM's start-up warnings (Triton absent on CPU, eager mode, Intel OpenMP not preloaded, the V1
+  runner, the raw-prompt deprecation): ``VLLM_LOGGING_LEVEL=ERROR``;
+- torch's C++ "NUMA binding" warning from vLLM's CPU worker: ``TORCH_CPP_LOG_LEVEL=ERROR`` (read
+  when torch loads: ``lit-rag`` sets it before it re-executes itself under tcmalloc);
+- Python warnings matching :data:`NOISE` (Lightning's advice for multi-process logging and
+  manual-optimization checkpoints, deprecations inside vLLM and Lightning);
+- Lightning's tip to install litlogger, which preceded every one-line error too;
+- bitsandbytes' and DeepSpeed's start-up notices below ERROR.
+
+A variable the user set wins (``setdefault``); errors always show, and so do lit-rag's own
+warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+#: Start of the Python warnings every run triggers by design (``warnings.filterwarnings``
+#: matches a message's start).
+NOISE = (
+    r"`torch\.distributed\.reduce_op` is deprecated",  # vLLM's triton_utils
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's _pytree
+    r"It is recommended to use `self\.log\(",  # Lightning: sync_dist advice (one process here)
+    r"Using ModelCheckpoint with manual optimization",  # the checkpoint holds the post-step state, as meant
+    r"Precision .* is not supported by the model summary",  # Lightning's summary estimate
+    r"The number of training batches .* is smaller than the logging interval",
+)
+VERBOSE_FLAG = "--verbose"
+
+
+def split_verbose(args: list[str]) -> tuple[list[str], bool]:
+    """``args`` without ``--verbose``, and whether everything should show (the flag or
+    ``LIT_RAG_VERBOSE=1``)."""
+    loud = VERBOSE_FLAG in args or os.environ.get("LIT_RAG_VERBOSE", "") not in ("", "0")
+    return [a for a in args if a != VERBOSE_FLAG], loud
+
+
+class _NoTip(logging.Filter):
+    """Drops Lightning's "Tip:" records (an advertisement, on every run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in record.getMessage()
+
+
+def quiet() -> None:
+    """Silence what every run prints by design (see the module docstring)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    for pattern in NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTip) for f in logger.filters):
+            logger.addFilter(_NoTip())
+    for name in ("bitsandbytes", "deepspeed", "DeepSpeed"):
+        logging.getLogger(name).setLevel(logging.ERROR)
