@@ -12,7 +12,8 @@ every quickstart run and none the user's to act on:
 - Python warnings matching :data:`NOISE` (Lightning's advice for multi-process logging and
   manual-optimization checkpoints, deprecations inside vLLM and Lightning);
 - Lightning's tip to install litlogger, which preceded every one-line error too;
-- bitsandbytes' and DeepSpeed's start-up notices below ERROR.
+- bitsandbytes' and DeepSpeed's notices below ERROR ("Setting accelerator to CPU", on every CPU
+  run where DeepSpeed is installed).
 
 A variable the user set wins (``setdefault``); errors always show, and so do lit-rag's own
 warnings.
@@ -44,6 +45,15 @@ def split_verbose(args: list[str]) -> tuple[list[str], bool]:
     return [a for a in args if a != VERBOSE_FLAG], loud
 
 
+class _ErrorsOnly(logging.Filter):
+    """Keeps ERROR and above: a filter on the logger object outlives the ``setLevel`` a library
+    makes when it configures its own logger at import (DeepSpeed sets WARNING, and its
+    accelerator detection warns on every CPU run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
 class _NoTip(logging.Filter):
     """Drops Lightning's "Tip:" records (an advertisement, on every run)."""
 
@@ -62,4 +72,6 @@ def quiet() -> None:
         if not any(isinstance(f, _NoTip) for f in logger.filters):
             logger.addFilter(_NoTip())
     for name in ("bitsandbytes", "deepspeed", "DeepSpeed"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ErrorsOnly) for f in logger.filters):
+            logger.addFilter(_ErrorsOnly())
