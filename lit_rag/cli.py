@@ -242,8 +242,21 @@ def _cli_class():
 
             if not any(isinstance(c, PreemptionCheckpoint) for c in self.trainer.callbacks):
                 self.trainer.callbacks.append(PreemptionCheckpoint())  # SIGTERM: a checkpoint, then exit
+            use_run_progress_bar(self.trainer)
 
     return LitRagCLI
+
+
+def use_run_progress_bar(trainer) -> None:
+    """Put :class:`~lit_rag.callbacks.progress.RunProgressBar` in place of Lightning's default
+    rich bar (which reads "Epoch 0/-2" when ``max_steps`` ends the run); any other bar stays."""
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from lit_rag.callbacks.progress import RunProgressBar
+
+    for index, callback in enumerate(trainer.callbacks):
+        if type(callback) is RichProgressBar:
+            trainer.callbacks[index] = RunProgressBar()
 
 
 def check_scale(trainer, module, datamodule) -> None:

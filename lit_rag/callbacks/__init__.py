@@ -6,8 +6,9 @@ from lit_rag.callbacks.forest import ProgressiveForest
 from lit_rag.callbacks.kl_monitor import KLMonitor
 from lit_rag.callbacks.preemption import PreemptionCheckpoint
 from lit_rag.callbacks.preference_model import AlternatingRewardModel
+from lit_rag.callbacks.progress import RunProgressBar
 from lit_rag.callbacks.reward_schedule import RewardWeightScheduler
 from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 
 __all__ = ["AlternatingRewardModel", "CurriculumCallback", "KLMonitor", "PreemptionCheckpoint", "ProgressiveForest",
-           "RewardWeightScheduler", "RolloutSampleLogger"]
+           "RewardWeightScheduler", "RolloutSampleLogger", "RunProgressBar"]

@@ -388,3 +388,20 @@ def test_model_path_that_does_not_exist_is_one_line(tmp_path, monkeypatch, capsy
         main(["fit", "--config", recipe, "--model.policy.path=/no/such/model", "--data.num_train=4",
               f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.callbacks=[]"])
     assert "model path '/no/such/model' does not exist" in _one_error_line(capsys)
+
+
+def test_progress_bar_says_what_ends_the_run(tmp_path, monkeypatch):
+    """Lightning's rich bar reads "Epoch 0/-2" when max_steps ends the run (max_epochs -1);
+    lit-rag's bar says "Epoch 0 · 2 steps" there and keeps Lightning's text with max_epochs."""
+    from lit_rag.callbacks import RunProgressBar
+
+    monkeypatch.chdir(tmp_path)
+    built = build_cli(["--config", str(TINY)], run=False)
+    (bar,) = [c for c in built.trainer.callbacks if isinstance(c, RunProgressBar)]
+    assert built.trainer.progress_bar_callback is bar
+    bar._trainer = built.trainer
+    assert bar._get_train_description(0).strip() == "Epoch 0 · 2 steps"
+    epochs = build_cli(["--config", str(TINY), "--trainer.max_epochs=3", "--trainer.max_steps=-1"], run=False)
+    (bar,) = [c for c in epochs.trainer.callbacks if isinstance(c, RunProgressBar)]
+    bar._trainer = epochs.trainer
+    assert bar._get_train_description(1).strip() == "Epoch 1/2"
