@@ -243,6 +243,10 @@ def _cli_class():
             if not any(isinstance(c, PreemptionCheckpoint) for c in self.trainer.callbacks):
                 self.trainer.callbacks.append(PreemptionCheckpoint())  # SIGTERM: a checkpoint, then exit
             use_run_progress_bar(self.trainer)
+            from lit_rag.callbacks.header import RunHeader
+
+            if not any(isinstance(c, RunHeader) for c in self.trainer.callbacks):
+                self.trainer.callbacks.append(RunHeader())  # what runs, where it writes
 
     return LitRagCLI
 

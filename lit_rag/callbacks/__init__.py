@@ -3,6 +3,7 @@ reward-weight schedule and alternating reward-model epochs, a checkpoint on SIGT
 
 from lit_rag.callbacks.curriculum import CurriculumCallback
 from lit_rag.callbacks.forest import ProgressiveForest
+from lit_rag.callbacks.header import RunHeader
 from lit_rag.callbacks.kl_monitor import KLMonitor
 from lit_rag.callbacks.preemption import PreemptionCheckpoint
 from lit_rag.callbacks.preference_model import AlternatingRewardModel
@@ -11,4 +12,5 @@ from lit_rag.callbacks.reward_schedule import RewardWeightScheduler
 from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 
 __all__ = ["AlternatingRewardModel", "CurriculumCallback", "KLMonitor", "PreemptionCheckpoint", "ProgressiveForest",
-           "RewardWeightScheduler", "RolloutSampleLogger", "RunProgressBar"]
+           "RewardWeightScheduler", "RolloutSampleLogger", "RunHeader",
+           "RunProgressBar"]

@@ -405,3 +405,15 @@ def test_progress_bar_says_what_ends_the_run(tmp_path, monkeypatch):
     (bar,) = [c for c in epochs.trainer.callbacks if isinstance(c, RunProgressBar)]
     bar._trainer = epochs.trainer
     assert bar._get_train_description(1).strip() == "Epoch 1/2"
+
+
+def test_fit_prints_a_header_and_the_report_command(tmp_path, monkeypatch, capsys):
+    """The run's console opens with what runs and where it writes, and ends with the report
+    command (issue 26, item 2)."""
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", str(TINY), "--trainer.max_steps=1", "--trainer.limit_val_batches=0"])
+    out = capsys.readouterr().out
+    assert ("lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single device), "
+            "1 step of 2 prompts x 2 samples") in out
+    assert "  logs: runs/tiny/version_0   checkpoints: runs/tiny/version_0/checkpoints" in out
+    assert "lit-rag report runs/tiny/version_0   (plots and sample rollouts)" in out

@@ -1,0 +1,71 @@
+"""``RunHeader``: a run's console opens with what runs and where it writes, and ends with the
+command that reports it.
+
+    lit-rag fit: SmolLM2-135M-Instruct.Q4_1.gguf (LoRA r=16), single_turn + arena + grpo, engine
+      vllm, 1 process (single device), 24 steps of 4 prompts x 4 samples  (one line)
+      logs: runs/quickstart/version_0   checkpoints: runs/quickstart/version_0/checkpoints
+    ...
+    lit-rag report runs/quickstart/version_0   (plots and sample rollouts)
+
+``lit-rag fit`` adds it to every run (rank zero prints); it reads only what the run already holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_only
+
+from lit_rag import registry
+
+
+def _name(obj: object, kind: str) -> str:
+    """The registered name of a plugin object (``arena``), else its class name; read from the
+    registry's entry-point targets, nothing is imported."""
+    cls = type(obj)
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    return next((name for name, info in registry.available(kind).items() if info.target == target),
+                cls.__name__)
+
+
+class RunHeader(Callback):
+    """Prints the run's header at the start of ``fit`` and the report command at its end."""
+
+    @staticmethod
+    def lines(trainer, pl_module) -> list[str]:
+        policy = getattr(pl_module, "policy_config", None)
+        if policy is None:  # another LightningModule (the reward-model recipe): no header
+            return []
+        model = Path(str(policy.path)).name if policy.path else "tiny random model"
+        if policy.lora is not None:
+            model += f" (LoRA r={policy.lora.r})"
+        method = " + ".join(_name(getattr(pl_module, kind), kind)
+                            for kind in ("environment", "reward", "algorithm"))
+        engine = _name(pl_module.engine, "engine")
+        strategy = {"SingleDeviceStrategy": "single device", "DDPStrategy": "ddp", "FSDPStrategy": "fsdp",
+                    "DeepSpeedStrategy": "deepspeed"}.get(type(trainer.strategy).__name__,
+                                                          type(trainer.strategy).__name__)
+        processes = f"{trainer.world_size} process" + ("es" if trainer.world_size > 1 else "")
+        if trainer.max_steps and trainer.max_steps > 0:
+            length = f"{trainer.max_steps} step" + ("s" if trainer.max_steps > 1 else "")
+        else:
+            length = f"{trainer.max_epochs} epochs"
+        batch = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
+        shape = f" of {batch} prompts x {pl_module.group_size} samples" if batch else ""
+        logs = trainer.log_dir or trainer.default_root_dir
+        checkpoints = next((c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint)
+                            and c.dirpath), None) or str(Path(logs) / "checkpoints")
+        first = f"lit-rag fit: {model}, {method}, engine {engine}, {processes} ({strategy}), {length}{shape}"
+        return [first, f"  logs: {logs}   checkpoints: {checkpoints}"]
+
+    @rank_zero_only
+    def on_fit_start(self, trainer, pl_module) -> None:
+        for line in self.lines(trainer, pl_module):
+            print(line, flush=True)
+
+    @rank_zero_only
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if trainer.log_dir and (Path(trainer.log_dir) / "metrics.csv").is_file():
+            print(f"lit-rag report {trainer.log_dir}   (plots and sample rollouts)", flush=True)
