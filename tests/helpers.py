@@ -141,6 +141,17 @@ def tiny_bert_folder(folder, words: list[str], max_positions: int = 64) -> str:
     return str(folder)
 
 
+def tiny_model_folder(folder, tiny) -> str:
+    """A tiny random model (``TinyConfig``) and its in-code tokenizer saved as a Hugging Face
+    folder (what vLLM and ``from_pretrained`` load)."""
+    from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+
+    config = ModelConfig(tiny=tiny)
+    load_model(config).save_pretrained(folder)
+    load_tokenizer(config).save_pretrained(folder)
+    return str(folder)
+
+
 def one_line_error(args: list[str], capsys) -> str:
     """Run the real CLI in-process; return its single stderr line (exit 2, no traceback)."""
     from lit_rag.cli import main

@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning.pytorch import Callback
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_rag import registry
+from lit_rag.callbacks.preemption import checkpoint_dir
 
 
 def _name(obj: object, kind: str) -> str:
@@ -55,10 +55,8 @@ class RunHeader(Callback):
         batch = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
         shape = f" of {batch} prompts x {pl_module.group_size} samples" if batch else ""
         logs = trainer.log_dir or trainer.default_root_dir
-        checkpoints = next((c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint)
-                            and c.dirpath), None) or str(Path(logs) / "checkpoints")
         first = f"lit-rag fit: {model}, {method}, engine {engine}, {processes} ({strategy}), {length}{shape}"
-        return [first, f"  logs: {logs}   checkpoints: {checkpoints}"]
+        return [first, f"  logs: {logs}   checkpoints: {checkpoint_dir(trainer)}"]
 
     @rank_zero_only
     def on_fit_start(self, trainer, pl_module) -> None:

@@ -18,12 +18,20 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 
+def checkpoint_dir(trainer) -> Path:
+    """Where a run's checkpoints go: the first ``ModelCheckpoint``'s folder, else
+    ``<log dir>/checkpoints`` (where Lightning's default ``ModelCheckpoint`` writes)."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            return Path(callback.dirpath)
+    return Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
+
+
 class PreemptionCheckpoint(Callback):
     """Save ``last.ckpt`` when a SIGTERM stops training.
 
     Args:
-        dirpath: Folder of the checkpoint; default: the first ``ModelCheckpoint``'s folder, else
-            ``<log dir>/checkpoints`` (where Lightning's default ``ModelCheckpoint`` writes).
+        dirpath: Folder of the checkpoint; default: the run's (:func:`checkpoint_dir`).
         filename: The checkpoint's file name.
     """
 
@@ -32,13 +40,8 @@ class PreemptionCheckpoint(Callback):
         self.saved: Path | None = None
 
     def path(self, trainer) -> Path:
-        if self.dirpath is not None:
-            return Path(self.dirpath) / self.filename
-        for callback in trainer.callbacks:
-            if isinstance(callback, ModelCheckpoint) and callback.dirpath:
-                return Path(callback.dirpath) / self.filename
-        root = trainer.log_dir or trainer.default_root_dir
-        return Path(root) / "checkpoints" / self.filename
+        folder = Path(self.dirpath) if self.dirpath is not None else checkpoint_dir(trainer)
+        return folder / self.filename
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if not isinstance(exception, SIGTERMException) or not trainer.training:

