@@ -238,26 +238,23 @@ def _cli_class():
 
             use_atomic_checkpoints(self.trainer)
             check_scale(self.trainer, self.model, self.datamodule)
-            from lit_rag.callbacks.preemption import PreemptionCheckpoint
-
-            if not any(isinstance(c, PreemptionCheckpoint) for c in self.trainer.callbacks):
-                self.trainer.callbacks.append(PreemptionCheckpoint())  # SIGTERM: a checkpoint, then exit
-            use_run_progress_bar(self.trainer)
-            from lit_rag.callbacks.header import RunHeader
-
-            if not any(isinstance(c, RunHeader) for c in self.trainer.callbacks):
-                self.trainer.callbacks.append(RunHeader())  # what runs, where it writes
+            add_run_callbacks(self.trainer)
 
     return LitRagCLI
 
 
-def use_run_progress_bar(trainer) -> None:
-    """Put :class:`~lit_rag.callbacks.progress.RunProgressBar` in place of Lightning's default
-    rich bar (which reads "Epoch 0/-2" when ``max_steps`` ends the run); any other bar stays."""
+def add_run_callbacks(trainer) -> None:
+    """What every run gets unless its recipe lists its own: :class:`PreemptionCheckpoint` (a
+    SIGTERM saves a checkpoint, then exits), :class:`RunHeader` (what runs, where it writes), and
+    :class:`RunProgressBar` in place of Lightning's default rich bar (which reads "Epoch 0/-2"
+    when ``max_steps`` ends the run; any other bar stays)."""
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from lit_rag.callbacks.progress import RunProgressBar
+    from lit_rag.callbacks import PreemptionCheckpoint, RunHeader, RunProgressBar
 
+    for kind in (PreemptionCheckpoint, RunHeader):
+        if not any(isinstance(c, kind) for c in trainer.callbacks):
+            trainer.callbacks.append(kind())
     for index, callback in enumerate(trainer.callbacks):
         if type(callback) is RichProgressBar:
             trainer.callbacks[index] = RunProgressBar()
