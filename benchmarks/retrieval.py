@@ -2,7 +2,7 @@
 
 Four sides, on the same corpus and the same queries (top ``k=10``):
 
-- ``bm25-ours``: :class:`lit_rag.retrieval.bm25.BM25Retriever` (bm25s) with its defaults
+- ``bm25-ours``: :class:`lit_rag.plugins.retrievers.bm25.BM25Retriever` (bm25s) with its defaults
   (lowercase, regex words, English stopwords, Snowball stemming when PyStemmer is installed);
   build + save, then in a fresh process ``load`` (score matrices memory-mapped) + ``search``.
 - ``rank-bm25``: ``rank_bm25.BM25Okapi`` over exactly the token lists our tokenizer produces (so
@@ -10,7 +10,7 @@ Four sides, on the same corpus and the same queries (top ``k=10``):
   the ``BM25Okapi`` object, loaded back with ``pickle.load`` in the serving process. It has no
   multi-query call either, so "batch 64" is a loop of ``get_scores`` + top-k over 64 queries;
   it scores every document in Python per query term, so it runs ``--rank-bm25-queries`` only.
-- ``dense-faiss-flat``: :class:`lit_rag.retrieval.dense.DenseRetriever` with
+- ``dense-faiss-flat``: :class:`lit_rag.plugins.retrievers.dense.DenseRetriever` with
   ``faiss_index="flat"`` (``IndexFlatIP``) through its own build/save/load/search; its
   ``encode`` is overridden to hand back precomputed embeddings (DenseRetriever has no way to
   take them otherwise), so no encoder time is counted.
@@ -257,7 +257,7 @@ def child_prepare(args: argparse.Namespace, d: Path) -> dict:
     queries, gold = make_queries([p.text for p in passages], args.queries, args.seed)
     (d / "queries.json").write_text(json.dumps({"queries": queries, "gold": gold}))
     if args.dense_encoder:
-        from lit_rag.retrieval.dense import DenseRetriever
+        from lit_rag.plugins.retrievers.dense import DenseRetriever
 
         enc = DenseRetriever(encoder=args.dense_encoder)
         emb, qemb = enc.encode(texts), enc.encode(queries)
@@ -277,7 +277,7 @@ def child_prepare(args: argparse.Namespace, d: Path) -> dict:
 
 
 def _dense_retriever_class():
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     class PrecomputedDense(DenseRetriever):
         """DenseRetriever whose encoder returns precomputed vectors (passages: all rows; queries: by text)."""
@@ -309,8 +309,8 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
     import faiss  # noqa: F401
     import rank_bm25  # noqa: F401
 
-    import lit_rag.retrieval.bm25  # noqa: F401
-    import lit_rag.retrieval.dense  # noqa: F401
+    import lit_rag.plugins.retrievers.bm25  # noqa: F401
+    import lit_rag.plugins.retrievers.dense  # noqa: F401
 
     idx = d / f"index-{side}"
     baseline = _rss_mib()
@@ -321,7 +321,7 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
             shutil.rmtree(idx)
         idx.mkdir(parents=True)
         if side == "bm25-ours":
-            from lit_rag.retrieval.bm25 import BM25Retriever
+            from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 
             r = BM25Retriever()
             r.build(passages)
@@ -333,7 +333,7 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
         elif side == "rank-bm25":
             from rank_bm25 import BM25Okapi
 
-            from lit_rag.retrieval.bm25 import BM25Retriever
+            from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 
             tok = BM25Retriever()._tokenize([f"{p.title}\n{p.text}" for p in passages])
             bm = BM25Okapi(tok)
@@ -366,7 +366,7 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
     else:
         n_q = len(queries)
         if side == "bm25-ours":
-            from lit_rag.retrieval.bm25 import BM25Retriever
+            from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 
             r = BM25Retriever.load(idx)
             res["load_s"] = time.perf_counter() - t0
@@ -374,7 +374,7 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
         elif side == "rank-bm25":
             with open(idx / "bm25okapi.pkl", "rb") as f:
                 bm = pickle.load(f)
-            from lit_rag.retrieval.bm25 import BM25Retriever
+            from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 
             tokenizer = BM25Retriever()._tokenize
             res["load_s"] = time.perf_counter() - t0

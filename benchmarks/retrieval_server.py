@@ -51,7 +51,7 @@ def main() -> None:
 
     from lit_rag.cli import main as cli
     from lit_rag.retrieval.base import open_index
-    from lit_rag.retrieval.http import HttpRetriever
+    from lit_rag.plugins.retrievers.http import HttpRetriever
 
     queries = _questions(args.queries)
     with tempfile.TemporaryDirectory() as tmp:

@@ -51,8 +51,8 @@ import torch
 
 from lit_rag.cli import build_cli
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
-from lit_rag.rollout.hf import HFEngine
-from lit_rag.rollout.vllm import VLLMEngine
+from lit_rag.plugins.engines.hf import HFEngine
+from lit_rag.plugins.engines.vllm import VLLMEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +207,7 @@ def make_engine(name: str, module) -> tuple[object, float]:
 def ensure_index() -> None:
     index = ROOT / "indexes" / "synthetic-bm25"
     if not (index / "manifest.json").exists():
-        from lit_rag.retrieval.commands import main as index_main
+        from lit_rag.index_cli import main as index_main
 
         index_main(["build", "--corpus", "synthetic", "--retriever", "bm25", "--out", str(index)])
 

@@ -63,7 +63,7 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(max(1, args.threads // args.devices))
     L.seed_everything(0)
-    from lit_rag.rollout.vllm import VLLMEngine
+    from lit_rag.plugins.engines.vllm import VLLMEngine
 
     class Clock(Callback):
         def __init__(self) -> None:

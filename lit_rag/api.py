@@ -1,13 +1,16 @@
 """lit-rag's public plugin API: everything a plugin, built-in or third-party, imports from lit-rag.
 
 The layers (docs/DESIGN.md, "Layers and the public plugin API"): the CLI and callbacks wire things
-together; the built-in plugins (algorithms, rewards, environments) import only this module
+together; the built-in plugins (algorithms, rewards, environments, retrievers, engines) import only
+this module
 (and libraries); this module re-exports the contracts that live in lit-rag's core.
 
 - Vocabulary: :class:`Example`, :class:`Passage`, :class:`Step`, :class:`Trajectory`,
   :class:`RewardBreakdown`, :class:`StepOutput`.
 - The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
-  :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds),
+  :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds,
+  within a :class:`ContextLimit` and as ``context_overflow`` says, one of
+  :data:`CONTEXT_OVERFLOW`),
   :class:`Retriever`, :class:`RolloutEngine`; :class:`Placement` tells an algorithm or an
   engine which rank of how many it serves.
 - The episode loop of multi-turn environments: :class:`Episode` (one trajectory being rolled
@@ -26,6 +29,15 @@ together; the built-in plugins (algorithms, rewards, environments) import only t
   :func:`final_answer`.
 - Retrieval scores for rewards and environment metrics: :func:`recall_at_k`,
   :func:`full_recall_at_k`, :func:`average_precision` (imported on first use).
+- Retrievers: :class:`Retriever` (search), :class:`IndexedRetriever` (build, save, load an
+  index folder), :class:`Hit`, :func:`check_search_args`; an index folder's
+  :class:`Manifest` (``MANIFEST_NAME``, ``PASSAGES_NAME``, :class:`IndexCorruptError`,
+  :class:`IndexMismatchError`); corpora: :func:`read_corpus`, :func:`write_corpus`,
+  :func:`corpus_fingerprint`, :func:`split_contents`; building: :func:`atomic_index_dir`,
+  :func:`build_missing_index`, :func:`open_index`.
+- Rollout engines: :class:`RolloutEngine`, :class:`SamplingParams`, :class:`Generation`;
+  weights to sync: :func:`checkpoint_weights`, :func:`is_zero3`, :func:`has_adapters`;
+  :func:`resolve_dtype`.
 - Models a plugin loads itself (a model-based reward): :class:`ModelConfig`,
   :func:`load_model`, :func:`load_tokenizer`, :func:`resolve_path` (imported on first use).
 
@@ -46,41 +58,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lit_rag import registry
-from lit_rag.algorithm import (
-    AdvantageFn,
-    Algorithm,
-    LossOutput,
-    PolicyLossConfig,
-    PolicyLossFn,
-    Prepared,
-    TokenLoss,
-    TrainBatch,
-    collate,
-)
-from lit_rag.environment import (
-    Environment,
-    Prompts,
-    RetrievalEnvironment,
-    chat_prompt,
-    encode_prompts,
-)
-from lit_rag.episodes import (
-    Episode,
-    EpisodeLoop,
-    Generate,
-    Request,
-    Search,
-    Turn,
-    start_episodes,
-)
 from lit_rag.errors import InputError
-from lit_rag.kl import ESTIMATORS as KL_ESTIMATORS
-from lit_rag.kl import get_estimator as kl_estimator
 from lit_rag.models import has_adapters, resolve_path
-from lit_rag.retrieval.base import Hit, Retriever
-from lit_rag.reward import FunctionReward, Reward
-from lit_rag.rollout.base import Generation, Placement, RolloutEngine, SamplingParams
-from lit_rag.step import StepOutput
+from lit_rag.retrieval.base import Hit, IndexedRetriever, Retriever, check_search_args, open_index
+from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, split_contents, write_corpus
+from lit_rag.retrieval.manifest import (
+    MANIFEST_NAME,
+    PASSAGES_NAME,
+    IndexCorruptError,
+    IndexMismatchError,
+    Manifest,
+)
+from lit_rag.retrieval.storage import atomic_index_dir, build_missing_index
 from lit_rag.text import (
     PUNCTUATION_MODES,
     check_punctuation,
@@ -95,20 +84,128 @@ from lit_rag.text import (
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
-    from lit_rag.metrics.retrieval import average_precision, full_recall_at_k, recall_at_k
-    from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+    from lit_rag.algorithm import (
+        AdvantageFn,
+        Algorithm,
+        LossOutput,
+        PolicyLossConfig,
+        PolicyLossFn,
+        Prepared,
+        TokenLoss,
+        TrainBatch,
+        collate,
+    )
+    from lit_rag.environment import (
+        CONTEXT_OVERFLOW,
+        ContextLimit,
+        Environment,
+        Prompts,
+        RetrievalEnvironment,
+        chat_prompt,
+        check_context_overflow,
+        encode_prompts,
+        fit_passages,
+    )
+    from lit_rag.episodes import (
+        Episode,
+        EpisodeLoop,
+        Generate,
+        Request,
+        Search,
+        Turn,
+        start_episodes,
+    )
+    from lit_rag.kl import ESTIMATORS as KL_ESTIMATORS
+    from lit_rag.kl import get_estimator as kl_estimator
+    from lit_rag.metrics.retrieval import (
+        average_precision,
+        full_recall_at_k,
+        recall_at_k,
+    )
+    from lit_rag.modules.loading import (
+        ModelConfig,
+        load_model,
+        load_tokenizer,
+    )
+    from lit_rag.precision import (
+        resolve_dtype,
+    )
+    from lit_rag.reward import (
+        FunctionReward,
+        Reward,
+    )
+    from lit_rag.rollout.base import (
+        Generation,
+        Placement,
+        RolloutEngine,
+        SamplingParams,
+    )
+    from lit_rag.rollout.weights import (
+        checkpoint_weights,
+        is_zero3,
+    )
+    from lit_rag.step import (
+        StepOutput,
+    )
 
-#: imported on first use: they pull in transformers, peft and torchmetrics
-_LAZY = {"ModelConfig": "lit_rag.modules.loading", "load_model": "lit_rag.modules.loading",
-         "load_tokenizer": "lit_rag.modules.loading", "recall_at_k": "lit_rag.metrics.retrieval",
-         "full_recall_at_k": "lit_rag.metrics.retrieval", "average_precision": "lit_rag.metrics.retrieval"}
+#: imported on first use: torch (the batch, environment, engine and step contracts), and
+#: transformers, peft and torchmetrics (models, retrieval scores). A retriever plugin and
+#: ``lit-rag index search`` over BM25 never import torch.
+_LAZY: dict[str, tuple[str, str]] = {
+    "AdvantageFn": ("lit_rag.algorithm", "AdvantageFn"),
+    "Algorithm": ("lit_rag.algorithm", "Algorithm"),
+    "LossOutput": ("lit_rag.algorithm", "LossOutput"),
+    "PolicyLossConfig": ("lit_rag.algorithm", "PolicyLossConfig"),
+    "PolicyLossFn": ("lit_rag.algorithm", "PolicyLossFn"),
+    "Prepared": ("lit_rag.algorithm", "Prepared"),
+    "TokenLoss": ("lit_rag.algorithm", "TokenLoss"),
+    "TrainBatch": ("lit_rag.algorithm", "TrainBatch"),
+    "collate": ("lit_rag.algorithm", "collate"),
+    "CONTEXT_OVERFLOW": ("lit_rag.environment", "CONTEXT_OVERFLOW"),
+    "ContextLimit": ("lit_rag.environment", "ContextLimit"),
+    "Environment": ("lit_rag.environment", "Environment"),
+    "Prompts": ("lit_rag.environment", "Prompts"),
+    "RetrievalEnvironment": ("lit_rag.environment", "RetrievalEnvironment"),
+    "chat_prompt": ("lit_rag.environment", "chat_prompt"),
+    "check_context_overflow": ("lit_rag.environment", "check_context_overflow"),
+    "encode_prompts": ("lit_rag.environment", "encode_prompts"),
+    "fit_passages": ("lit_rag.environment", "fit_passages"),
+    "Episode": ("lit_rag.episodes", "Episode"),
+    "EpisodeLoop": ("lit_rag.episodes", "EpisodeLoop"),
+    "Generate": ("lit_rag.episodes", "Generate"),
+    "Request": ("lit_rag.episodes", "Request"),
+    "Search": ("lit_rag.episodes", "Search"),
+    "Turn": ("lit_rag.episodes", "Turn"),
+    "start_episodes": ("lit_rag.episodes", "start_episodes"),
+    "resolve_dtype": ("lit_rag.precision", "resolve_dtype"),
+    "FunctionReward": ("lit_rag.reward", "FunctionReward"),
+    "Reward": ("lit_rag.reward", "Reward"),
+    "Generation": ("lit_rag.rollout.base", "Generation"),
+    "Placement": ("lit_rag.rollout.base", "Placement"),
+    "RolloutEngine": ("lit_rag.rollout.base", "RolloutEngine"),
+    "SamplingParams": ("lit_rag.rollout.base", "SamplingParams"),
+    "checkpoint_weights": ("lit_rag.rollout.weights", "checkpoint_weights"),
+    "is_zero3": ("lit_rag.rollout.weights", "is_zero3"),
+    "StepOutput": ("lit_rag.step", "StepOutput"),
+    "average_precision": ("lit_rag.metrics.retrieval", "average_precision"),
+    "full_recall_at_k": ("lit_rag.metrics.retrieval", "full_recall_at_k"),
+    "recall_at_k": ("lit_rag.metrics.retrieval", "recall_at_k"),
+    "ModelConfig": ("lit_rag.modules.loading", "ModelConfig"),
+    "load_model": ("lit_rag.modules.loading", "load_model"),
+    "load_tokenizer": ("lit_rag.modules.loading", "load_tokenizer"),
+    "KL_ESTIMATORS": ("lit_rag.kl", "ESTIMATORS"),
+    "kl_estimator": ("lit_rag.kl", "get_estimator"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # looked up once
+        return value
     raise AttributeError(f"module 'lit_rag.api' has no attribute '{name}'")
 
 
@@ -147,10 +244,14 @@ def register_policy_loss(name: str | None = None) -> Callable[[Callable], Callab
 
 
 __all__ = [
+    "CONTEXT_OVERFLOW",
     "KL_ESTIMATORS",
+    "MANIFEST_NAME",
+    "PASSAGES_NAME",
     "PUNCTUATION_MODES",
     "AdvantageFn",
     "Algorithm",
+    "ContextLimit",
     "Environment",
     "Episode",
     "EpisodeLoop",
@@ -159,8 +260,12 @@ __all__ = [
     "Generate",
     "Generation",
     "Hit",
+    "IndexCorruptError",
+    "IndexMismatchError",
+    "IndexedRetriever",
     "InputError",
     "LossOutput",
+    "Manifest",
     "ModelConfig",
     "Passage",
     "Placement",
@@ -183,28 +288,41 @@ __all__ = [
     "Trajectory",
     "Turn",
     "advantage_estimator",
+    "atomic_index_dir",
     "average_precision",
+    "build_missing_index",
     "chat_prompt",
+    "check_context_overflow",
     "check_punctuation",
+    "check_search_args",
+    "checkpoint_weights",
     "collate",
+    "corpus_fingerprint",
     "encode_prompts",
     "exact_match",
     "extract_tag",
     "f1_score",
     "final_answer",
+    "fit_passages",
     "full_recall_at_k",
     "has_adapters",
+    "is_zero3",
     "kl_estimator",
     "load_model",
     "load_tokenizer",
     "normalize_answer",
+    "open_index",
     "policy_loss",
     "policy_text",
+    "read_corpus",
     "recall_at_k",
     "register_advantage",
     "register_policy_loss",
     "register_reward",
+    "resolve_dtype",
     "resolve_path",
+    "split_contents",
     "start_episodes",
     "tag_blocks",
+    "write_corpus",
 ]

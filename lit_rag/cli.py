@@ -267,13 +267,14 @@ def check_scale(trainer, module, datamodule) -> None:
     attention heads (read from the policy folder's ``config.json`` when it has one)."""
     import json
 
-    from lit_rag.rollout.base import Placement
-    from lit_rag.rollout.vllm_ranks import check_tensor_parallel
+    from lit_rag.plugins.engines.vllm_ranks import check_tensor_parallel
+    from lit_rag.rollout.base import Placement, RolloutEngine
 
     if datamodule is not None and hasattr(datamodule, "process_batch_size"):
         datamodule.process_batch_size(trainer.world_size)
-    size = getattr(getattr(module, "engine", None), "tensor_parallel_size", 1)
-    if not isinstance(size, int) or size == 1:
+    engine = getattr(module, "engine", None)  # a module without an engine: the reward model's
+    size = engine.tensor_parallel_size if isinstance(engine, RolloutEngine) else 1
+    if size == 1:
         return
     config = None
     path = getattr(getattr(module, "policy_config", None), "path", None)
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
             print_plugins()
             return
         if args[:1] == ["index"]:
-            from lit_rag.retrieval.commands import main as index_main
+            from lit_rag.index_cli import main as index_main
 
             try:
                 index_main(args[1:])

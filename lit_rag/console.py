@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 #: Start of the Python warnings every run triggers by design (``warnings.filterwarnings``
@@ -65,6 +66,12 @@ def quiet() -> None:
     """Silence what every run prints by design (see the module docstring)."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # transformers' "Loading weights" bar at every model load (read when transformers is
+    # imported; one already imported is told directly)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("LIT_RAG_LOAD_PROGRESS", "0")  # and vLLM's (the vllm engine reads it)
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     for pattern in NOISE:
         warnings.filterwarnings("ignore", message=pattern)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):

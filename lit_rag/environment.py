@@ -25,14 +25,82 @@ and ``state_dict`` / ``load_state_dict`` (the checkpoint carries them).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from lit_rag.errors import InputError
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
-from lit_rag.types import Example, Step, Trajectory
+from lit_rag.types import Example, Passage, Step, Trajectory
+
+#: What an environment does with a prompt that, with the token budget, does not fit the
+#: engine's context window: ``drop`` the lowest-ranked references (the last ones) until it
+#: fits; ``cut`` the same, and then cut the text of the first reference that did not fit to
+#: the room left; ``error``: stop with one line naming the example.
+CONTEXT_OVERFLOW = ("drop", "cut", "error")
+
+
+def check_context_overflow(value: str) -> str:
+    """``value`` when it is one of :data:`CONTEXT_OVERFLOW` (else a ValueError naming them)."""
+    if value not in CONTEXT_OVERFLOW:
+        raise ValueError(f"environment context_overflow: got {value!r}; allowed: "
+                         f"{', '.join(CONTEXT_OVERFLOW)}")
+    return value
+
+
+def fit_passages(passages: Sequence[Passage], encode: Callable[[list[Passage]], list[int]],
+                 room: int, overflow: str = "drop") -> list[Passage] | None:
+    """The first passages (the highest-ranked) whose prompt ``encode(kept)`` takes at most
+    ``room`` tokens; with ``overflow="cut"`` the next passage follows, its text cut at a word
+    to the room left and ended with " ..." (when a word of it fits). None when the prompt
+    does not fit even with no passage. Bisection: ~log2(n) encodings, not n."""
+    if len(encode(list(passages))) <= room:
+        return list(passages)
+    if len(encode([])) > room:
+        return None
+    low, high = 0, len(passages) - 1  # the most whole passages that fit
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if len(encode(list(passages[:middle]))) <= room else (low, middle - 1)
+    kept = list(passages[:low])
+    if overflow != "cut":
+        return kept
+    words = passages[low].text.split()
+
+    def part(n: int) -> Passage:
+        return replace(passages[low], text=" ".join(words[:n]) + " ...")
+
+    few, many = 0, len(words) - 1  # the most words of the next passage that fit
+    while few < many:
+        middle = (few + many + 1) // 2
+        few, many = (middle, many) if len(encode([*kept, part(middle)])) <= room else (few, middle - 1)
+    return [*kept, part(few)] if few else kept
+
+
+@dataclass(frozen=True)
+class ContextLimit:
+    """The room a first prompt has: the engine's context window less the token budget.
+
+    Args:
+        window: The engine's context window (prompt + completion), in tokens.
+        budget: The completion's token budget (``max_new_tokens``).
+    """
+
+    window: int
+    budget: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The most tokens a prompt may take."""
+        return self.window - self.budget
+
+    @classmethod
+    def of(cls, engine: RolloutEngine, params: SamplingParams) -> ContextLimit | None:
+        """The limit of ``engine`` for ``params``; None when the engine knows no window."""
+        window = engine.context_window()
+        return None if window is None else cls(window, params.max_new_tokens)
 
 
 def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True,
@@ -74,6 +142,12 @@ class Prompts:
     texts: list[str]
     ids: list[list[int]]
     group_size: int
+    #: the examples as prompted (references dropped or cut to fit the context); None: as given
+    examples: list[Example] | None = None
+
+    def example(self, group: int, given: Sequence[Example]) -> Example:
+        """Example ``group`` as its prompt shows it."""
+        return given[group] if self.examples is None else self.examples[group]
 
     @property
     def repeated(self) -> list[list[int]]:
@@ -103,6 +177,9 @@ class Environment(ABC):
     #: Text that starts the assistant turn: the end of the prompt, and the start of
     #: ``Trajectory.text`` in the default :meth:`rollout` (the reward reads it with the output).
     assistant_prefix: str = ""
+    #: A prompt too long for the context window with the budget: ``drop`` / ``cut`` the
+    #: lowest-ranked references, or ``error`` (:data:`CONTEXT_OVERFLOW`).
+    context_overflow: str = "drop"
 
     def setup(self) -> None:
         """Open what the environment needs (an index, say) before training starts, so a missing
@@ -126,11 +203,70 @@ class Environment(ABC):
             return f"{system}\n\n{user}\n" if system else f"{user}\n"
         return text
 
-    def prompts(self, examples: list[Example], tokenizer, group_size: int = 1) -> Prompts:
+    def prompts(self, examples: list[Example], tokenizer, group_size: int = 1,
+                limit: ContextLimit | None = None) -> Prompts:
         """:meth:`build_prompt` per example, encoded; :attr:`Prompts.repeated` is the engine's
-        input for ``group_size`` samples per example."""
-        texts = [self.build_prompt(example, tokenizer) for example in examples]
-        return Prompts(texts, encode_prompts(tokenizer, texts), group_size)
+        input for ``group_size`` samples per example. With ``limit``, each prompt is fitted to
+        it (:meth:`fit_prompt`) and :attr:`Prompts.examples` holds the examples as prompted."""
+        if limit is None:
+            texts = [self.build_prompt(example, tokenizer) for example in examples]
+            return Prompts(texts, encode_prompts(tokenizer, texts), group_size)
+        fitted = [self.fit_prompt(example, tokenizer, limit) for example in examples]
+        return Prompts([f[1] for f in fitted], [f[2] for f in fitted], group_size,
+                       examples=[f[0] for f in fitted])
+
+    def fit_prompt(self, example: Example, tokenizer,
+                   limit: ContextLimit) -> tuple[Example, str, list[int]]:
+        """The example's prompt within ``limit``: ``(example as prompted, text, ids)``.
+
+        References are taken as ranked (a retriever's order, a data set's own order): with
+        ``context_overflow`` ``drop`` the last ones go until the prompt fits; with ``cut`` the
+        first reference that did not fit is then cut, at a word, to the room left (a cut
+        reference ends with "..."). The example's ``meta`` records what was left out: the
+        number of references not shown whole (``references_dropped``) and the id of the one
+        cut (``reference_cut``).
+
+        Raises:
+            InputError: The prompt does not fit and ``context_overflow`` is ``error``, or it
+                does not fit with every reference left out (the question alone is too long):
+                one line naming the example and the lengths.
+        """
+        text, ids = self._encoded(example, tokenizer)
+        if len(ids) <= limit.prompt_tokens:
+            return example, text, ids
+        references = example.references
+        if self.context_overflow == "error" or not references:
+            raise self._too_long(example, len(ids), limit, without_references=not references)
+
+        def encode(kept: list[Passage]) -> list[int]:
+            return self._encoded(replace(example, references=kept), tokenizer)[1]
+
+        kept = fit_passages(references, encode, limit.prompt_tokens, self.context_overflow)
+        if kept is None:
+            raise self._too_long(example, len(encode([])), limit, without_references=True)
+        whole = sum(1 for a, b in zip(kept, references) if a is b)
+        meta = {**example.meta, "references_dropped": len(references) - whole}
+        if len(kept) > whole:
+            meta["reference_cut"] = kept[-1].id
+        prompted = replace(example, references=kept, meta=meta)
+        text, ids = self._encoded(prompted, tokenizer)
+        return prompted, text, ids
+
+    def _encoded(self, example: Example, tokenizer) -> tuple[str, list[int]]:
+        text = self.build_prompt(example, tokenizer)
+        return text, encode_prompts(tokenizer, [text])[0]
+
+    def _too_long(self, example: Example, tokens: int, limit: ContextLimit,
+                  without_references: bool) -> InputError:
+        what = "without any reference" if without_references else "with its references"
+        return InputError(
+            f"example {example.id!r}: its prompt is {tokens} tokens {what}; with the "
+            f"{limit.budget}-token budget (max_new_tokens) that is {tokens + limit.budget}, over "
+            f"the engine's context window of {limit.window} tokens; shorten the question, lower "
+            "max_new_tokens, or use a model with a longer context"
+            + ("" if without_references or self.context_overflow != "error"
+               else " (context_overflow: drop would leave out references)")
+        )
 
     def trajectory(
         self,
@@ -192,11 +328,11 @@ class Environment(ABC):
         Default, single-turn: :meth:`prompts`, one generation per row, each a trajectory whose
         text starts with :attr:`assistant_prefix`; multi-turn environments override it.
         """
-        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
         generations = engine.generate(prompts.repeated, params)
         return [
             self.trajectory(
-                examples[group],
+                prompts.example(group, examples),
                 group,
                 prompts.ids[group],
                 generation.token_ids,

@@ -48,9 +48,10 @@ generates every live episode together would.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lit_rag.errors import InputError
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, Step
 
@@ -123,7 +124,8 @@ class Episode:
         steps: The episode's actions.
         turns: Every generation with the prompt it answered, in order.
         passages: Every passage retrieved, by id, in the order first retrieved.
-        truncated: A generation or insertion hit the token budget.
+        truncated: A generation or insertion hit the token budget, or the context filled the
+            engine's context window.
         stop_reason: Why the episode ended (the environment's words).
         meta: Anything else the environment records (its trajectory's ``meta``).
     """
@@ -187,9 +189,11 @@ class Episode:
 
 def start_episodes(examples: list[Example], prompts) -> list[Episode]:
     """One episode per row of ``prompts`` (an :class:`~lit_rag.environment.Prompts`): example
-    ``r // group_size``'s prompt, rows of one group next to each other."""
+    ``r // group_size``'s prompt (and the example as that prompt shows it: references left out
+    to fit the context), rows of one group next to each other."""
     return [
-        Episode(examples[group], group, list(prompts.ids[group]), prompts.texts[group])
+        Episode(prompts.example(group, examples), group, list(prompts.ids[group]),
+                prompts.texts[group])
         for group in prompts.groups
     ]
 
@@ -209,6 +213,8 @@ class EpisodeLoop:
     def __init__(self, engine: RolloutEngine, params: SamplingParams, retriever: Any = None) -> None:
         self.engine, self.params, self.retriever = engine, params, retriever
         self.tokenizer = engine.tokenizer
+        #: the engine's context window: a segment never asks for more than it leaves
+        self.window = engine.context_window()
         self._cache: dict[str, list[int]] = {}
         self._waiting: dict[int, tuple[Episode, Generate]] = {}
         self._searches: list[tuple[Episode, Search]] = []
@@ -260,8 +266,10 @@ class EpisodeLoop:
         if request is None:
             e.state = DONE
         elif isinstance(request, Generate):
-            e.state = request.state
-            self._waiting[self.engine.submit(request.prompt, request.params)] = (e, request)
+            request = self._within_window(e, request)
+            if request is not None:
+                e.state = request.state
+                self._waiting[self.engine.submit(request.prompt, request.params)] = (e, request)
         elif isinstance(request, Search):
             e.state = request.state
             self._searches.append((e, request))
@@ -270,6 +278,30 @@ class EpisodeLoop:
         started, self._started = self._started, []
         for other in started:  # episodes the handler started (``start``)
             self._dispatch(other, None)
+
+    def _within_window(self, e: Episode, request: Generate) -> Generate | None:
+        """``request`` with its budget cut to the room the engine's context window leaves
+        after its prompt; None, and the episode ended as truncated, when there is none.
+
+        Raises:
+            InputError: The episode's first prompt does not fit with its budget (one line
+                naming the example and the lengths).
+        """
+        if self.window is None or len(request.prompt) + request.params.max_new_tokens <= self.window:
+            return request
+        if not e.turns and not e.ids:  # the first prompt: nothing of the episode can go
+            raise InputError(
+                f"example {e.example.id!r}: its first prompt is {len(request.prompt)} tokens; with "
+                f"the {request.params.max_new_tokens}-token budget (max_new_tokens) that is "
+                f"{len(request.prompt) + request.params.max_new_tokens}, over the engine's context "
+                f"window of {self.window} tokens; shorten the question, lower max_new_tokens, or "
+                "use a model with a longer context"
+            )
+        room = self.window - len(request.prompt)
+        if room < 1:
+            e.end(f"context full: {len(request.prompt)} tokens of {self.window}", truncated=True)
+            return None
+        return replace(request, params=replace(request.params, max_new_tokens=room))
 
     def _search(self) -> None:
         """The searches asked for so far: one batched retriever call per ``k``, then each

@@ -9,7 +9,7 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 if [ "${1:-}" = "dev" ]; then
   python -m pip install -q -e ".[dev]"
-  python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty
+  python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty -e plugins/lit-rag-tfidf
   # The scale tests: bitsandbytes' 4-bit layers run on CPU (QLoRA), and DeepSpeed must be
   # importable for recipes to build with its strategy. DeepSpeed ships as a source package
   # whose build imports torch: without build isolation it builds against the pinned CPU torch

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +186,25 @@ def assert_finite_metrics(rows: list[dict], prefixes: tuple[str, ...] = ("reward
             checked += 1
     assert checked, "no metric values to check"
     return checked
+
+
+def start_index_server(args: list[str]) -> tuple[subprocess.Popen, str]:
+    """Run ``lit-rag index serve ARGS --port 0``; wait (at most 60 s) for its "serving" line."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lit_rag", "index", "serve", *args, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 60
+    line = process.stdout.readline()  # blocks until the server prints or exits
+    if not line.startswith("serving ") or time.monotonic() > deadline:
+        process.kill()
+        pytest.fail(f"server did not start: {line!r} {process.stderr.read()[-2000:]}")
+    return process, line.split(" at ")[-1].strip()
+
+
+def stop_index_server(process: subprocess.Popen, how: signal.Signals) -> tuple[int, str, str]:
+    """Send ``how``; the exit status, the rest of stdout and stderr."""
+    process.send_signal(how)
+    out, err = process.communicate(timeout=30)
+    return process.returncode, out, err

@@ -1,4 +1,5 @@
-"""Retriever base: batches of queries -> ranked passages, over an index saved on disk.
+"""Retriever bases: batches of queries -> ranked passages (:class:`Retriever`), most of them
+over an index saved on disk (:class:`IndexedRetriever`).
 
 Every index folder holds ``manifest.json`` (see :mod:`lit_rag.retrieval.manifest`) beside
 the retriever's own files; loading checks the manifest against what the recipe expects.
@@ -10,7 +11,7 @@ import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lit_rag.types import Passage
 
@@ -25,23 +26,56 @@ class Hit:
 
 
 class Retriever(ABC):
-    """Searches a corpus.
+    """Searches a corpus: ``search(queries, k)`` is all every retriever does.
+
+    What else a retriever can do is declared here, on the class, never probed:
+
+    - ``builds_index``: it builds an index over passages and saves it to a folder that it loads
+      later (:class:`IndexedRetriever`); ``lit-rag index build`` and a recipe's ``corpus:``
+      accept only these. A retriever that asks a service (``http``) leaves it False.
+    - :meth:`parts`: the retrievers it is made of (a fusion of two returns itself and both).
+    - :meth:`passage_count`: how many passages it searches, when it knows.
+    - ``show_progress``: show progress bars while building.
+    """
+
+    #: registered name, written into the manifest
+    kind: str = ""
+    #: True for a retriever with ``build`` / ``save`` / ``load`` (:class:`IndexedRetriever`)
+    builds_index: ClassVar[bool] = False
+    #: show progress bars while building an index (``lit-rag index build`` sets it)
+    show_progress: bool = False
+
+    @abstractmethod
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        """Top-``k`` hits for each query, best first (fewer when the corpus is smaller)."""
+
+    def parts(self) -> list[Retriever]:
+        """This retriever and the ones it is made of (each gets ``show_progress``)."""
+        return [self]
+
+    def passage_count(self) -> int | None:
+        """How many passages it searches; None when it cannot tell (a remote service)."""
+        return None
+
+
+class IndexedRetriever(Retriever):
+    """A retriever over an index it builds and saves itself.
 
     Lifecycle: ``build(passages)`` then ``save(dir)``; later ``load(dir)`` (a classmethod)
     and ``search(queries, k)``. A recipe gives ``index: PATH`` to the constructor and the
     index is loaded on first search.
     """
 
-    #: registered name, written into the manifest
-    kind: str = ""
+    builds_index: ClassVar[bool] = True
+    #: the passages it indexes, in index order (filled by ``build`` and ``load``)
+    passages: list[Passage]
+
+    def passage_count(self) -> int | None:
+        return len(getattr(self, "passages", None) or [])
 
     @abstractmethod
     def build(self, passages: list[Passage]) -> None:
         """Index ``passages`` in memory."""
-
-    @abstractmethod
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` hits for each query, best first (fewer when the corpus is smaller)."""
 
     @abstractmethod
     def save(self, directory: str | Path) -> None:
@@ -49,7 +83,7 @@ class Retriever(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, directory: str | Path) -> Retriever:
+    def load(cls, directory: str | Path) -> IndexedRetriever:
         """Read an index written by :meth:`save`.
 
         A retriever whose index needs a model may take keyword options (``encoder``,
@@ -77,7 +111,7 @@ def check_search_args(queries: list[str], k: int) -> None:
             ) from None
 
 
-def open_index(directory: str | Path, **options: Any) -> Retriever:
+def open_index(directory: str | Path, **options: Any) -> IndexedRetriever:
     """Open an index folder with the registered retriever its manifest names.
 
     The kind is looked up among registered retrievers only (:func:`lit_rag.registry.load`):
@@ -104,10 +138,15 @@ def open_index(directory: str | Path, **options: Any) -> Retriever:
             "a registered retriever, never a module to import)"
         )
     cls = registry.load("retriever", manifest.retriever)
+    if not (isinstance(cls, type) and issubclass(cls, Retriever) and cls.builds_index):
+        raise IndexCorruptError(
+            f"{Path(directory) / MANIFEST_NAME}: retriever {manifest.retriever!r} builds no index "
+            "of its own, so no index folder can name it"
+        )
     return call_load(cls, directory, **options)
 
 
-def call_load(cls: type, directory: str | Path, **options: Any) -> Retriever:
+def call_load(cls: type, directory: str | Path, **options: Any) -> IndexedRetriever:
     """``cls.load(directory, **accepted)``: the ``options`` its ``load`` signature names."""
     accepted = inspect.signature(cls.load).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):

@@ -58,7 +58,7 @@ def create_app(retriever: Retriever, topk: int = 3, max_queries: int = 4096,
 
     app = FastAPI(title="lit-rag retrieval", description=__doc__.splitlines()[0])
     lock = threading.Lock()
-    passages = len(getattr(retriever, "passages", []) or [])
+    passages = retriever.passage_count() or 0
 
     @app.post("/retrieve")
     def retrieve(request: QueryRequest) -> dict:
@@ -132,7 +132,7 @@ def serve(retriever: Retriever, host: str, port: int, topk: int = 3, max_queries
     app = create_app(retriever, topk=topk, max_queries=max_queries, name=name)
     real_host, real_port = sock.getsockname()[:2]
     shown = f"[{real_host}]" if ":" in real_host else real_host
-    passages = len(getattr(retriever, "passages", []) or [])
+    passages = retriever.passage_count() or 0
     print(f"serving {name} ({retriever.kind}, {passages} passages) at "
           f"http://{shown}:{real_port}/retrieve", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))

@@ -108,7 +108,7 @@ def build_missing_index(out: str | Path, corpus: str, retriever: Retriever) -> b
         print(f"lit-rag: index {out} not found; building it from corpus {corpus!r} "
               f"({retriever.kind or type(retriever).__name__}), once", file=sys.stderr, flush=True)
         passages = read_corpus(corpus)
-        parts = [retriever, *getattr(retriever, "retrievers", [])]
+        parts = retriever.parts()
         for part in parts:
             part.show_progress = True
         try:

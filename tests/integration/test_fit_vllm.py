@@ -101,7 +101,7 @@ def test_resume_with_the_vllm_engine_equals_uninterrupted(folder: str, tmp_path:
     from lit_rag.modules.policy import PolicyModule
     from lit_rag.plugins.algorithms.grpo import GRPO
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-    from lit_rag.rollout.vllm import VLLMEngine
+    from lit_rag.plugins.engines.vllm import VLLMEngine
 
     def fit(root: Path, ckpt: str | None = None) -> Recorder:
         seed_everything(7)

@@ -32,7 +32,8 @@ QUERIES = ["river city", "mountain lake", "bridge 3"]
 PAUSING_BUILD = r"""
 import os, sys, time
 from lit_rag.cli import main
-from lit_rag.retrieval import bm25, storage
+from lit_rag.plugins.retrievers import bm25
+from lit_rag.retrieval import storage
 
 def pause():
     print("PAUSED", flush=True)

@@ -63,7 +63,7 @@ def test_eval_without_gold_is_one_line(tmp_path, world_files, capsys):
 
 
 def test_index_from_another_corpus_is_one_line(tmp_path, world_files, capsys):
-    from lit_rag.retrieval.bm25 import BM25Retriever
+    from lit_rag.plugins.retrievers.bm25 import BM25Retriever
     from lit_rag.retrieval.manifest import IndexMismatchError
 
     corpus, _ = world_files

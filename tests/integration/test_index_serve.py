@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import one_line_error
+from helpers import one_line_error, start_index_server, stop_index_server
 
 from lit_rag.cli import main
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.http import HttpRetriever
 from lit_rag.retrieval.corpus import split_contents
-from lit_rag.retrieval.http import HttpRetriever
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 QUERIES = ["who founded Orbel Mills", "Tamar Vesk born", "year Stiskal Mills was founded"]
@@ -34,40 +30,18 @@ def index(tmp_path_factory) -> Path:
     return out
 
 
-def start(args: list[str]) -> tuple[subprocess.Popen, str]:
-    """Run ``lit-rag index serve ARGS --port 0``; wait (at most 60 s) for its "serving" line."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lit_rag", "index", "serve", *args, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    deadline = time.monotonic() + 60
-    line = process.stdout.readline()  # blocks until the server prints or exits
-    if not line.startswith("serving ") or time.monotonic() > deadline:
-        process.kill()
-        pytest.fail(f"server did not start: {line!r} {process.stderr.read()[-2000:]}")
-    return process, line.split(" at ")[-1].strip()
-
-
-def stop(process: subprocess.Popen, how: signal.Signals) -> tuple[int, str, str]:
-    """Send ``how``; the exit status, the rest of stdout and stderr."""
-    process.send_signal(how)
-    out, err = process.communicate(timeout=30)
-    return process.returncode, out, err
-
-
 @pytest.fixture(scope="module")
 def server(index):
-    process, url = start([str(index), "--topk", "2"])
+    process, url = start_index_server([str(index), "--topk", "2"])
     yield url
-    code, out, err = stop(process, signal.SIGTERM)
+    code, out, err = stop_index_server(process, signal.SIGTERM)
     assert (code, out) == (0, "stopped\n") and "Traceback" not in err, err
 
 
 def test_ctrl_c_stops_the_server_cleanly(index):
-    process, url = start([str(index)])
+    process, url = start_index_server([str(index)])
     assert post(url, {"queries": ["Orbel Mills"], "topk": 1})[0] == 200
-    code, out, err = stop(process, signal.SIGINT)
+    code, out, err = stop_index_server(process, signal.SIGINT)
     assert (code, out) == (0, "stopped\n") and "Traceback" not in err, err
     with pytest.raises(urllib.error.URLError):  # nothing listens there any more
         post(url, {"queries": ["Orbel Mills"], "topk": 1})
@@ -130,11 +104,11 @@ def test_a_dense_index_serves_with_the_encoder_passed(tmp_path):
     out = tmp_path / "dense"
     main(["index", "build", "--corpus", "synthetic", "--retriever", "dense", "--encoder", encoder,
           "--out", str(out)])
-    process, url = start([str(out), "--encoder", encoder])
+    process, url = start_index_server([str(out), "--encoder", encoder])
     try:
         remote = HttpRetriever(url).search(QUERIES, 3)
     finally:
-        assert stop(process, signal.SIGTERM)[0] == 0
+        assert stop_index_server(process, signal.SIGTERM)[0] == 0
     local = open_index(out, encoder=encoder).search(QUERIES, 3)
     assert [[h.passage.id for h in hits] for hits in remote] == [[h.passage.id for h in hits] for hits in local]
     assert [h.score for hits in remote for h in hits] == pytest.approx([h.score for hits in local for h in hits])

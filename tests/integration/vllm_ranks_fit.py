@@ -46,7 +46,7 @@ from lit_rag.plugins.algorithms.grpo import GRPO  # noqa: E402
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment  # noqa: E402
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment  # noqa: E402
 from lit_rag.rollout.base import SamplingParams  # noqa: E402
-from lit_rag.rollout.vllm import VLLMEngine  # noqa: E402
+from lit_rag.plugins.engines.vllm import VLLMEngine  # noqa: E402
 from lit_rag.rollout.weights import checkpoint_weights  # noqa: E402
 from lit_rag.step import StepOutput  # noqa: E402
 

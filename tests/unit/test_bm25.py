@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import require_package
 
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, write_corpus
 from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError, Manifest
 from lit_rag.types import Passage

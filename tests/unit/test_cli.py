@@ -38,7 +38,7 @@ F1 = "lit_rag.plugins.rewards.qa.F1Reward"
 COMPOSITE = "lit_rag.plugins.rewards.composite.CompositeReward"
 GRPO_PATH = "lit_rag.plugins.algorithms.grpo.GRPO"
 SINGLE_TURN = "lit_rag.plugins.environments.single_turn.SingleTurnEnvironment"
-HF = "lit_rag.rollout.hf.HFEngine"
+HF = "lit_rag.plugins.engines.hf.HFEngine"
 
 #: recipe -> third-party module it needs (installed separately from lit-rag)
 THIRD_PARTY = {"tiny_plugin.yaml": "lit_rag_length_penalty"}
@@ -417,3 +417,20 @@ def test_fit_prints_a_header_and_the_report_command(tmp_path, monkeypatch, capsy
             "1 step of 2 prompts x 2 samples") in out
     assert "  logs: runs/tiny/version_0   checkpoints: runs/tiny/version_0/checkpoints" in out
     assert "lit-rag report runs/tiny/version_0   (plots and sample rollouts)" in out
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(steps) == 1 and steps[0].startswith("step 1/1 · reward "), out
+    assert " · kl " in steps[0] and " · rollout " in steps[0] and " · update " in steps[0]
+
+
+def test_step_line_by_hand():
+    import torch
+
+    from lit_rag.callbacks.progress import step_line
+
+    metrics = {"reward/total": torch.tensor(1.4125), "reward/format": 0.91, "reward/relevance": 0.5,
+               "train/kl": 0.00213, "time/rollout_s": 3.14, "time/update_s": 8.46,
+               "time/weight_sync_s": 0.347, "val/reward/total": 0.2, "reward/x/y": 1.0}
+    assert step_line(3, 24, metrics) == ("step 3/24 · reward 1.41 (format 0.91, relevance 0.50) · "
+                                         "kl 0.0021 · rollout 3.1 s · update 8.5 s · sync 0.35 s")
+    assert step_line(3, -1, {"reward/total": 0.5}) == "step 3 · reward 0.50"
+    assert step_line(3, 24, {"train/loss": 0.5}) == ""

@@ -18,7 +18,7 @@ from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.retrieval_tree import RetrievalTreeEnvironment
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
 from lit_rag.plugins.rewards.r2ag import R2AGReward
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.step import StepOutput
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory

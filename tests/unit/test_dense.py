@@ -10,7 +10,7 @@ from helpers import require_package
 require_package("faiss", "pip install faiss-cpu")
 require_package("sentence_transformers", "pip install sentence-transformers")
 
-from lit_rag.retrieval.dense import DenseRetriever
+from lit_rag.plugins.retrievers.dense import DenseRetriever
 from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError
 from lit_rag.types import Passage
 

@@ -8,7 +8,7 @@ import torch
 from helpers import ScriptedPolicy
 
 from lit_rag.api import Environment, Example, Prompts, SamplingParams, Trajectory, extract_tag
-from lit_rag.rollout.hf import HFEngine
+from lit_rag.plugins.engines.hf import HFEngine
 
 CLOSED_BOOK_PROMPT = (
     "Answer the question from what you know. Reply with a short answer inside <answer> and "

@@ -18,7 +18,7 @@ from lit_rag.environment import Prompts
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, branch
 from lit_rag.plugins.environments.retrieval_tree import RetrievalTreeEnvironment
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage
 

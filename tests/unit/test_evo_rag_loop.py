@@ -25,7 +25,7 @@ from lit_rag.modules.reward_model import (
 from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
 from lit_rag.plugins.rewards.evo_rag import COMPONENTS, EvoRagReward
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 

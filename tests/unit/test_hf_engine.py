@@ -4,7 +4,7 @@ import torch
 
 from lit_rag.modules.logprobs import completion_logprobs
 from lit_rag.rollout.base import SamplingParams
-from lit_rag.rollout.hf import HFEngine
+from lit_rag.plugins.engines.hf import HFEngine
 
 
 def engine(tiny_policy, **kwargs):
@@ -117,7 +117,7 @@ def test_fsdp_gather_generates_without_units_and_puts_them_back(tiny_policy, tmp
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    from lit_rag.rollout.hf import _collective_forward
+    from lit_rag.plugins.engines.hf import _collective_forward
 
     model, tok = tiny_policy
     # an in-process vLLM (tests/integration/test_fit_vllm.py) leaves a one-process default group

@@ -22,8 +22,8 @@ from helpers import ScriptedPolicy
 
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
 from lit_rag.retrieval.base import Retriever
-from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.retrieval.http import HttpRetriever, RetrieverResponseError, RetrieverUnavailableError
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.http import HttpRetriever, RetrieverResponseError, RetrieverUnavailableError
 from lit_rag.retrieval.server import bind, create_app
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from lit_rag import registry
-from lit_rag.retrieval.base import Hit, Retriever
-from lit_rag.retrieval.hybrid import HybridRetriever, reciprocal_rank_fusion
+from lit_rag.plugins.retrievers.hybrid import HybridRetriever, reciprocal_rank_fusion
+from lit_rag.retrieval.base import Hit, IndexedRetriever
 from lit_rag.retrieval.manifest import IndexCorruptError, IndexMismatchError, Manifest
 from lit_rag.types import Passage
 
 CORPUS = {pid: Passage(pid, pid.upper(), f"text of {pid}") for pid in "abcdef"}
 
 
-class FixedRetriever(Retriever):
+class FixedRetriever(IndexedRetriever):
     """Returns the same ranking for every non-empty query; records the k it was asked for."""
 
     kind = "fixed"

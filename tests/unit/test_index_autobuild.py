@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from lit_rag import registry
-from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.retrieval.hybrid import HybridRetriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.hybrid import HybridRetriever
 from lit_rag.retrieval.manifest import Manifest
 from lit_rag.retrieval.storage import build_missing_index
 from lit_rag.types import Passage

@@ -28,7 +28,7 @@ import faiss
 
 from lit_rag.cli import main
 from lit_rag.retrieval.base import open_index
-from lit_rag.retrieval.importer import BGE_INSTRUCTION
+from lit_rag.plugins.retrievers.faiss_import import BGE_INSTRUCTION
 from lit_rag.retrieval.manifest import IndexMismatchError
 from tests.helpers import one_line_error, shared_data_dir, tiny_bert_folder
 
@@ -221,7 +221,7 @@ def test_approximate_indexes_import_and_search(source, tmp_path, name, spec, fam
     loaded = open_index(out, encoder=folder)
     assert_same_hits(loaded, ids, scores)
     if bge:  # a recipe's lazy retriever (pooling left out) takes the recorded pooling
-        from lit_rag.retrieval.dense import DenseRetriever
+        from lit_rag.plugins.retrievers.dense import DenseRetriever
 
         lazy = DenseRetriever(index=str(out), encoder=folder, query_prefix=BGE_INSTRUCTION)
         assert_same_hits(lazy, ids, scores)
@@ -292,7 +292,7 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
 
 
 def test_pooling_setting_is_checked(source, tmp_path, capsys):
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     with pytest.raises(ValueError, match="pooling: got 'avg'; allowed: mean, cls, max or None"):
         DenseRetriever(pooling="avg")

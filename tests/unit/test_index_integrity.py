@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from lit_rag.retrieval.base import open_index
-from lit_rag.retrieval.bm25 import BM25Retriever
-from lit_rag.retrieval.hybrid import HybridRetriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.hybrid import HybridRetriever
 from lit_rag.retrieval.manifest import IndexCorruptError, Manifest
 from lit_rag.types import Passage
 from tests.helpers import one_line_error, require_package, tiny_bert_folder
@@ -206,7 +206,7 @@ def tiny_encoder(tmp_path_factory) -> str:
 
 
 def dense_index(folder: Path, passages: list[Passage], encoder: str) -> Path:
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     retriever = DenseRetriever(encoder=encoder, device="cpu")
     retriever.build(passages)
@@ -215,7 +215,7 @@ def dense_index(folder: Path, passages: list[Passage], encoder: str) -> Path:
 
 
 def test_faiss_truncated_or_of_another_corpus(tiny_encoder, tmp_path):
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     idx = dense_index(tmp_path / "idx", A, tiny_encoder)
     other = dense_index(tmp_path / "other", B, tiny_encoder)
@@ -236,7 +236,7 @@ def test_faiss_truncated_or_of_another_corpus(tiny_encoder, tmp_path):
 
 
 def test_dense_passages_of_another_corpus(tiny_encoder, tmp_path):
-    from lit_rag.retrieval.dense import DenseRetriever
+    from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     idx = dense_index(tmp_path / "idx", A, tiny_encoder)
     (idx / "passages.jsonl").write_text("".join(

@@ -1,7 +1,8 @@
 """Imports run down the layers (docs/DESIGN.md, "Layers and the public plugin API").
 
-    cli, export, callbacks              top: wire things together
-    built-in plugins                    lit_rag/plugins/: algorithms, rewards, environments
+    cli, index_cli, export, callbacks   top: wire things together
+    built-in plugins                    lit_rag/plugins/: algorithms, rewards, environments,
+                                        retrievers, engines
     public plugin API                   lit_rag/api.py
     core                                everything else (registry, data, modules, metrics,
                                         retrieval and rollout machinery, the contracts)
@@ -18,8 +19,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "lit_rag"
-#: deprecation shims at the old paths of the bases: they re-export lit_rag.api, nothing else
-SHIMS = {"plugins/algorithms/base.py", "plugins/rewards/base.py", "plugins/environments/base.py"}
 
 
 def _modules(folder: str = "") -> list[Path]:
@@ -49,8 +48,10 @@ def _is_under(module: str, *prefixes: str) -> bool:
 
 
 def test_built_in_plugins_import_only_the_public_api():
-    plugins = [p for p in _modules("plugins") if _relative(p) not in SHIMS and p.name != "__init__.py"]
-    assert len(plugins) >= 12  # algorithms, estimators, losses, rewards, environments
+    plugins = [p for p in _modules("plugins") if p.name != "__init__.py"]
+    kinds = {_relative(p).split("/")[1] for p in plugins}
+    assert kinds == {"algorithms", "rewards", "environments", "retrievers", "engines"}
+    assert len(plugins) >= 20
     bad = {_relative(p): sorted(m for m in _lit_rag_imports(p) if m != "lit_rag.api") for p in plugins}
     assert {k: v for k, v in bad.items() if v} == {}
 
@@ -58,7 +59,7 @@ def test_built_in_plugins_import_only_the_public_api():
 def test_core_never_imports_plugins_the_api_callbacks_or_the_cli():
     top = ("lit_rag.plugins", "lit_rag.callbacks", "lit_rag.cli", "lit_rag.api")
     core = [p for p in _modules() if not _relative(p).startswith(("plugins/", "callbacks/"))
-            and _relative(p) not in ("cli.py", "api.py", "__main__.py", "export.py")]
+            and _relative(p) not in ("cli.py", "index_cli.py", "api.py", "__main__.py", "export.py")]
     bad = {_relative(p): sorted(m for m in _lit_rag_imports(p) if _is_under(m, *top)) for p in core}
     assert {k: v for k, v in bad.items() if v} == {}
 
@@ -77,3 +78,20 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     source.write_text("def f():\n    from lit_rag.plugins.rewards.qa import F1Reward\n    import lit_rag.cli\n"
                       "from lit_rag import registry\n")
     assert _lit_rag_imports(source) == {"lit_rag.plugins.rewards.qa", "lit_rag.cli", "lit_rag.registry"}
+
+
+def test_every_built_in_plugin_lives_under_plugins():
+    """The entry points lit-rag registers for itself all point into lit_rag/plugins/."""
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    targets = {f"{group}: {name}": target.split(":")[0]
+               for group, entries in project["entry-points"].items() if group.startswith("lit_rag.")
+               for name, target in entries.items()}
+    assert len(targets) >= 20
+    assert {k: v for k, v in targets.items() if not v.startswith("lit_rag.plugins.")} == {}
+
+
+def test_the_old_base_paths_are_gone():
+    for kind in ("algorithms", "rewards", "environments"):
+        assert not (PACKAGE / "plugins" / kind / "base.py").exists()

@@ -9,7 +9,7 @@ from lit_rag import registry
 from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, parse_action
 from lit_rag.plugins.rewards.evo_rag import EvoRagReward
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
 

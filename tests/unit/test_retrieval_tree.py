@@ -18,7 +18,7 @@ from lit_rag.plugins.environments.retrieval_tree import (
     tree_state,
 )
 from lit_rag.plugins.rewards.r2ag import R2AGReward, top_t_ap
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage, Step, Trajectory
 

@@ -13,7 +13,7 @@ from lit_rag.plugins.environments.search_agent import (
     final_answer,
 )
 from lit_rag.plugins.rewards.search import EvalRarReward
-from lit_rag.retrieval.bm25 import BM25Retriever
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
 

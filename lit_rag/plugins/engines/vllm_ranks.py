@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import os
 
-from lit_rag.errors import InputError
-from lit_rag.rollout.base import Placement
+from lit_rag.api import InputError, Placement
 
 
 def check_tensor_parallel(size: int, placement: Placement, config: object | None) -> None:

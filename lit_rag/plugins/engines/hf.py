@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.api import Generation, RolloutEngine, SamplingParams
 
 
 class _EndTracker(StoppingCriteria):

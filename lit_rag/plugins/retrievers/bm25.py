@@ -19,15 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from lit_rag.retrieval.base import Hit, Retriever, check_search_args
-from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, write_corpus
-from lit_rag.retrieval.manifest import (
+from lit_rag.api import (
     PASSAGES_NAME,
+    Hit,
     IndexCorruptError,
+    IndexedRetriever,
     IndexMismatchError,
     Manifest,
+    Passage,
+    check_search_args,
+    corpus_fingerprint,
+    read_corpus,
+    write_corpus,
 )
-from lit_rag.types import Passage
 
 BM25S_DIR = "bm25s"
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -59,7 +63,7 @@ def _looks_like_fingerprint(value: str) -> bool:
     return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-class BM25Retriever(Retriever):
+class BM25Retriever(IndexedRetriever):
     """Sparse BM25 retriever (bm25s).
 
     Args:
@@ -204,7 +208,7 @@ class BM25Retriever(Retriever):
         if self.index is None:
             raise RuntimeError("BM25Retriever has no index: pass index=PATH or call build()")
         if self.corpus is not None:
-            from lit_rag.retrieval.storage import build_missing_index
+            from lit_rag.api import build_missing_index
 
             build_missing_index(self.index, self.corpus, self)
         if self._bm25 is None:  # not just built

@@ -30,14 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from lit_rag.retrieval.base import Hit, Retriever, check_search_args
-from lit_rag.retrieval.manifest import (
+from lit_rag.api import (
     MANIFEST_NAME,
+    Hit,
     IndexCorruptError,
+    IndexedRetriever,
     IndexMismatchError,
     Manifest,
+    Passage,
+    check_search_args,
 )
-from lit_rag.types import Passage
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ _INDEX_FILE = "index.faiss"
 _REBUILD = "rebuild the index (lit-rag index build)"
 
 
-class DenseRetriever(Retriever):
+class DenseRetriever(IndexedRetriever):
     """Encoder + faiss index over normalized embeddings (inner product = cosine).
 
     Args:
@@ -136,7 +138,7 @@ class DenseRetriever(Retriever):
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from lit_rag.models import resolve_path
+            from lit_rag.api import resolve_path
 
             path = resolve_path(self.encoder_path)
             if isinstance(path, Path) and not path.exists():
@@ -202,7 +204,7 @@ class DenseRetriever(Retriever):
             raise RuntimeError(
                 "dense retriever has no index: call build(passages) or give index=PATH")
         if self.corpus is not None:
-            from lit_rag.retrieval.storage import build_missing_index
+            from lit_rag.api import build_missing_index
 
             build_missing_index(self.index_path, self.corpus, self)
         if self._index is None:  # not just built
@@ -267,8 +269,7 @@ class DenseRetriever(Retriever):
         """Write ``index.faiss``, ``passages.jsonl`` and ``manifest.json`` to ``directory``."""
         import faiss
 
-        from lit_rag.retrieval.corpus import corpus_fingerprint, write_corpus
-        from lit_rag.retrieval.manifest import PASSAGES_NAME
+        from lit_rag.api import PASSAGES_NAME, corpus_fingerprint, write_corpus
 
         if self._index is None:
             raise RuntimeError("dense retriever: nothing to save; call build(passages) first")
@@ -430,7 +431,7 @@ def _same_encoder(recorded: str, given: str) -> bool:
     """
     if recorded == given:
         return True
-    from lit_rag.models import resolve_path
+    from lit_rag.api import resolve_path
 
     mine = _local_path(recorded)
     try:

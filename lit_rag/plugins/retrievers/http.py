@@ -24,12 +24,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
-from lit_rag.errors import InputError
-from lit_rag.retrieval.base import Hit, Retriever, check_search_args
-from lit_rag.types import Passage
+from lit_rag.api import Hit, InputError, Passage, Retriever, check_search_args
 
 log = logging.getLogger(__name__)
 
@@ -153,24 +150,6 @@ class HttpRetriever(Retriever):
             "the retriever's url"
         )
 
-    # -- no local index --------------------------------------------------------------------
-
-    def build(self, passages: list[Passage]) -> None:
-        """Not available: the server holds the index."""
-        raise InputError(_NO_LOCAL_INDEX)
-
-    def save(self, directory: str | Path) -> None:
-        """Not available: the server holds the index."""
-        raise InputError(_NO_LOCAL_INDEX)
-
-    @classmethod
-    def load(cls, directory: str | Path) -> HttpRetriever:
-        """Not available: an index folder never names the ``http`` retriever."""
-        raise InputError(_NO_LOCAL_INDEX)
-
-
-_NO_LOCAL_INDEX = ("the http retriever searches a server's index and has none of its own: build "
-                   "an index with lit-rag index build and serve it with lit-rag index serve")
 
 
 def _reason(err: Exception) -> str:
@@ -223,7 +202,7 @@ def _hit(entry: Any, rank: int, url: str) -> Hit:
 def _passage(document: dict, url: str) -> Passage:
     """A corpus row as a :class:`Passage`: ``title`` and ``text`` when the row has them, else
     ``contents`` split as Search-R1 splits it (title on the first line, quotes stripped)."""
-    from lit_rag.retrieval.corpus import split_contents
+    from lit_rag.api import split_contents
 
     title, text = document.get("title"), document.get("text")
     if not (isinstance(title, str) and isinstance(text, str)):

@@ -61,7 +61,7 @@ and no episode waits for the slowest of its turn.
 
 Several training ranks (DDP, FSDP, DeepSpeed, one node or several): a vLLM on every rank, or
 on every group of ``tensor_parallel_size`` ranks, through vLLM's ``external_launcher`` executor
-(:mod:`lit_rag.rollout.vllm_ranks`). Each rank pushes the weights it gathers into its own vLLM;
+(:mod:`lit_rag.plugins.engines.vllm_ranks`). Each rank pushes the weights it gathers into its own vLLM;
 a tensor-parallel group gathers its ranks' requests and serves them as one stream, and at the
 end of a rollout (:meth:`VLLMEngine.generating`) a rank whose episodes are done keeps stepping
 with the others until the whole group is done, so ranks may take different numbers of turns.
@@ -83,11 +83,18 @@ from collections.abc import Iterator
 
 import torch
 
-from lit_rag.models import has_adapters
-from lit_rag.precision import resolve_dtype
-from lit_rag.rollout import vllm_ranks
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
+from lit_rag.api import (
+    Generation,
+    RolloutEngine,
+    SamplingParams,
+    checkpoint_weights,
+    has_adapters,
+    is_zero3,
+    resolve_dtype,
+)
+
+from . import vllm_ranks
+from .vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
     INSTALL_HINT,
     global_rng_state,
     guard_llvmlite,
@@ -100,7 +107,6 @@ from lit_rag.rollout.vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: n
     to_vllm_sampling,
     unwrapped,
 )
-from lit_rag.rollout.weights import checkpoint_weights, is_zero3
 
 LORA_SYNC = ("merge", "adapter")
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
@@ -226,6 +232,13 @@ class VLLMEngine(RolloutEngine):
         super().bind(model, tokenizer)
         self._stale = True
 
+    def context_window(self) -> int | None:
+        """vLLM's ``max_model_len``: the engine's option, else the model's (before vLLM is
+        built, read from the policy's config as vLLM reads it)."""
+        if self._llm is not None:
+            return int(self._llm.llm_engine.model_config.max_model_len)
+        return self.max_model_len or super().context_window()
+
     def sync_weights(self) -> None:
         """Push the policy's weights now; asleep (GPU sleep mode), at the next ``generate``
         between waking the weights and the KV cache."""
@@ -260,7 +273,7 @@ class VLLMEngine(RolloutEngine):
 
         Every submission is one vLLM request (identical prompts share their prefill through
         prefix caching). In a tensor-parallel group of ranks this is a
-        collective (see :mod:`~lit_rag.rollout.vllm_ranks`): rounds of gathering the ranks' new
+        collective (see :mod:`~lit_rag.plugins.engines.vllm_ranks`): rounds of gathering the ranks' new
         requests and stepping, until some of this rank's own requests finish."""
         queued = self._take_queue()
         if queued and self._llm is None:  # built first: with several ranks it opens their group
@@ -390,6 +403,8 @@ class VLLMEngine(RolloutEngine):
             "seed": self._seed(),
             "enable_sleep_mode": self._sleeps(),
             "logprobs_mode": self.logprobs_mode,
+            # its "Loading safetensors checkpoint shards" bar: off on lit-rag's quiet console
+            "use_tqdm_on_load": os.environ.get("LIT_RAG_LOAD_PROGRESS", "1") != "0",
         }
         kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if on_cpu() else None)
         if kv_cache_gib is not None:

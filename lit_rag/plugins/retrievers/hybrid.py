@@ -17,9 +17,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lit_rag.retrieval.base import Hit, Retriever, check_search_args, open_index
-from lit_rag.retrieval.manifest import MANIFEST_NAME, IndexCorruptError, Manifest
-from lit_rag.types import Passage
+from lit_rag.api import (
+    MANIFEST_NAME,
+    Hit,
+    IndexCorruptError,
+    IndexedRetriever,
+    Manifest,
+    Passage,
+    Retriever,
+    check_search_args,
+    open_index,
+)
 
 #: a child folder is a plain name inside the hybrid index folder (no separators, no "..")
 _FOLDER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -45,7 +53,7 @@ def reciprocal_rank_fusion(rankings: list[list[Hit]], k: float = 60) -> list[Hit
     return [Hit(passage=passages[pid], score=scores[pid], rank=i) for i, pid in enumerate(order)]
 
 
-class HybridRetriever(Retriever):
+class HybridRetriever(IndexedRetriever):
     """Reciprocal rank fusion of two or more retrievers (e.g. bm25 + dense).
 
     Args:
@@ -79,8 +87,29 @@ class HybridRetriever(Retriever):
         self.corpus = corpus
         self._index_checked = False
 
+    @property
+    def passages(self) -> list[Passage]:  # type: ignore[override]
+        """The first child's passages (every child indexes the same ones)."""
+        first = self.retrievers[0]
+        return first.passages if isinstance(first, IndexedRetriever) else []
+
+    def passage_count(self) -> int | None:
+        return self.retrievers[0].passage_count()
+
+    def parts(self) -> list[Retriever]:
+        return [self, *self.retrievers]
+
+    def _indexed(self) -> list[IndexedRetriever]:
+        """The children, when every one builds an index (what build and save need)."""
+        searching = [c.kind or type(c).__name__ for c in self.retrievers if not c.builds_index]
+        if searching:
+            raise ValueError(f"retrievers: {', '.join(searching)} builds no index; a hybrid index "
+                             "fuses retrievers with an index of their own (bm25, dense, ...)")
+        return self.retrievers  # type: ignore[return-value]
+
     def build(self, passages: list[Passage]) -> None:
         """Build every child over the same passages."""
+        self._indexed()
         for child in self.retrievers:
             child.build(passages)
 
@@ -94,7 +123,7 @@ class HybridRetriever(Retriever):
         if not queries:
             return []
         if self.corpus is not None and not self._index_checked:
-            from lit_rag.retrieval.storage import build_missing_index
+            from lit_rag.api import build_missing_index
 
             build_missing_index(self.index, self.corpus, self)
             self._index_checked = True  # built or found: the children hold or load it now
@@ -111,8 +140,7 @@ class HybridRetriever(Retriever):
 
     def save(self, directory: str | Path) -> None:
         """Write one subfolder per child (``0-bm25``, ``1-dense``, ...) and a manifest."""
-        from lit_rag.retrieval.corpus import corpus_fingerprint
-        from lit_rag.retrieval.manifest import Manifest
+        from lit_rag.api import Manifest, corpus_fingerprint
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -122,7 +150,7 @@ class HybridRetriever(Retriever):
         # the registered kind only: a dotted class path here would let an index choose an import
         children = [{"folder": n, "kind": c.kind} for n, c in zip(names, self.retrievers)]
         settings = {"k": self.k, "depth": self.depth, "children": children}
-        passages = getattr(self.retrievers[0], "passages", None) or []
+        passages = self._indexed()[0].passages
         Manifest(
             retriever=self.kind,
             encoder=None,
@@ -139,7 +167,7 @@ class HybridRetriever(Retriever):
         Args:
             directory: The index folder.
             encoder: Passed to each child whose ``load`` takes it (the dense child).
-            trust_manifest_encoder: Likewise (see :class:`~lit_rag.retrieval.dense.DenseRetriever`).
+            trust_manifest_encoder: Likewise (see :class:`~lit_rag.plugins.retrievers.dense.DenseRetriever`).
 
         Raises:
             IndexNotFoundError: No index at ``directory``.

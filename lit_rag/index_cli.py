@@ -15,15 +15,22 @@ bundled default needs ``--encoder PATH`` (or ``--trust-manifest-encoder``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import time
 
 from lit_rag import registry
 from lit_rag.errors import InputError
-from lit_rag.retrieval.base import Retriever, check_search_args, open_index
+from lit_rag.retrieval.base import IndexedRetriever, Retriever, check_search_args, open_index
 
 _ENCODER_HELP = ("dense and hybrid indexes: the encoder the index was built with (default: the "
                  "bundled all-MiniLM-L6-v2)")
+_BUILD_EPILOG = """\
+retriever options: every parameter of the retriever's constructor, as a recipe's init_args,
+  e.g. --k1 1.2 --b 0.75 --stemmer null (bm25), --encoder PATH --faiss-index hnsw
+  --query-prefix "query: " (dense); a hybrid passes each to itself (--k, --depth) and to
+  the fused retrievers that name it. An unknown option lists the retriever's own.
+"""
 _TRUST_HELP = ("load the encoder path the index's manifest records (an index is data: its "
                "model path is not followed unless you allow it)")
 
@@ -31,15 +38,15 @@ _TRUST_HELP = ("load the encoder path the index's manifest records (an index is 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-rag index", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser("build", help="index a corpus")
+    build = sub.add_parser(
+        "build", help="index a corpus", epilog=_BUILD_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)")
     build.add_argument("--format", default="auto", help="corpus format (default: auto)")
     build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ... (see lit-rag plugins)")
     build.add_argument("--out", required=True, help="index folder to write")
-    build.add_argument("--encoder", default=None, help="dense encoder path (dense and hybrid)")
-    build.add_argument("--faiss-index", default="flat", help="dense: flat, hnsw or ivf")
-    build.add_argument("--query-prefix", default="", help='dense: prepended to queries (E5: "query: ")')
-    build.add_argument("--passage-prefix", default="", help='dense: prepended to passages (E5: "passage: ")')
+    build.add_argument("--retrievers", default="bm25,dense",
+                       help="hybrid: the registered retrievers it fuses (default: bm25,dense)")
     search = sub.add_parser("search", help="query an index")
     search.add_argument("index")
     search.add_argument("query", nargs="+")
@@ -91,28 +98,97 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--max-queries: got {args.max_queries}; expected an integer >= 1")
 
 
-def _retriever_class(kind: str) -> type:
-    """The class for ``--retriever`` as the user typed it (a registered name or a dotted path)."""
-    return registry.resolve("retriever", kind)
+#: constructor parameters that are not build options: ``index build`` names the folder and
+#: the corpus itself; the others belong to opening an index, or to fusing (``--retrievers``)
+_NOT_OPTIONS = frozenset({"self", "index", "corpus", "expected_corpus", "retrievers",
+                          "trust_manifest_encoder"})
 
 
-def _new_retriever(args: argparse.Namespace):
+def _retriever_class(kind: str) -> type[IndexedRetriever]:
+    """The class for ``--retriever`` as the user typed it (a registered name or a dotted path),
+    which must build an index of its own."""
+    cls = registry.resolve("retriever", kind)
+    if not (isinstance(cls, type) and issubclass(cls, Retriever) and cls.builds_index):
+        building = [name for name in registry.available("retriever") if _builds(name)]
+        raise InputError(f"--retriever {kind}: builds no index of its own (it searches a "
+                         f"service or another index); retrievers that build one: "
+                         f"{', '.join(building)}")
+    return cls
+
+
+def _builds(name: str) -> bool:
+    try:
+        cls = registry.load("retriever", name)
+    except Exception:  # noqa: BLE001 -- a broken third-party entry point is not listed here
+        return False
+    return isinstance(cls, type) and issubclass(cls, Retriever) and cls.builds_index
+
+
+def build_options(cls: type) -> list[str]:
+    """The ``index build`` options of a retriever: its constructor's parameters."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in params if p.name not in _NOT_OPTIONS
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _split_options(extra: list[str]) -> dict[str, str]:
+    """``--name value`` / ``--name=value`` pairs (dashes read as underscores), in order."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(extra):
+        word = extra[i]
+        if not word.startswith("--") or len(word) < 3:
+            raise InputError(f"index build: unexpected argument {word!r}; retriever options are "
+                             "--NAME VALUE")
+        name, eq, value = word[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(extra):
+                raise InputError(f"index build: --{name} needs a value")
+            value = extra[i + 1]
+            i += 1
+        options[name.replace("-", "_")] = value
+        i += 1
+    return options
+
+
+def _construct(cls: type, options: dict[str, str], **fixed: object) -> IndexedRetriever:
+    """``cls(**fixed, **typed)``: the ``options`` its constructor names, each read with the
+    parameter's type as a recipe's ``init_args`` are (jsonargparse)."""
+    import jsonargparse
+
+    names = [n for n in build_options(cls) if n in options]
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, skip=set(inspect.signature(cls.__init__).parameters)
+                               - set(names))
+    try:
+        parsed = parser.parse_args([f"--{n}={options[n]}" for n in names])
+    except argparse.ArgumentError as err:
+        raise InputError(f"index build: {' '.join(str(err).split())}") from None
+    try:
+        return cls(**fixed, **{n: parsed[n] for n in names})
+    except ValueError as err:
+        raise InputError(f"index build --retriever {cls.kind or cls.__name__}: {err}") from None
+
+
+def _new_retriever(args: argparse.Namespace, extra: list[str]) -> IndexedRetriever:
+    """The retriever ``--retriever`` names, built from the options its constructor takes
+    (``--k1 1.2``, ``--faiss-index hnsw``, ``--encoder PATH``); a hybrid's options go to it and
+    to each fused retriever that names them."""
     cls = _retriever_class(args.retriever)
-    if args.retriever == "hybrid":
-        bm25 = _retriever_class("bm25")()
-        dense = _retriever_class("dense")(**_dense_kwargs(args))
-        return cls(retrievers=[bm25, dense])
-    if args.retriever == "dense":
-        return cls(**_dense_kwargs(args))
-    return cls()
-
-
-def _dense_kwargs(args: argparse.Namespace) -> dict:
-    kwargs = {"faiss_index": args.faiss_index, "query_prefix": args.query_prefix,
-              "passage_prefix": args.passage_prefix}
-    if args.encoder:
-        kwargs["encoder"] = args.encoder
-    return kwargs
+    options = _split_options(extra)
+    classes = [cls]
+    if "retrievers" in inspect.signature(cls.__init__).parameters:
+        classes += [_retriever_class(kind.strip()) for kind in args.retrievers.split(",")]
+    known = {name for c in classes for name in build_options(c)}
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise InputError(f"index build --retriever {args.retriever}: unknown option "
+                         f"--{unknown[0].replace('_', '-')}; its options: "
+                         f"{', '.join('--' + n.replace('_', '-') for n in sorted(known))}")
+    if len(classes) == 1:
+        return _construct(cls, options)
+    children = [_construct(child, options) for child in classes[1:]]
+    return _construct(cls, options, retrievers=children)
 
 
 def load_index(path: str, encoder: str | None = None,
@@ -127,14 +203,14 @@ def load_index(path: str, encoder: str | None = None,
     return open_index(path, encoder=encoder, trust_manifest_encoder=trust_manifest_encoder)
 
 
-def build(args: argparse.Namespace) -> None:
+def build(args: argparse.Namespace, extra: list[str]) -> None:
     from lit_rag.retrieval.corpus import read_corpus
     from lit_rag.retrieval.storage import atomic_index_dir
 
-    retriever = _new_retriever(args)
+    retriever = _new_retriever(args, extra)
     with atomic_index_dir(args.out) as folder:  # takes the lock before the (long) build
         passages = read_corpus(args.corpus, args.format)
-        for part in [retriever, *getattr(retriever, "retrievers", [])]:
+        for part in retriever.parts():
             part.show_progress = True
         started = time.perf_counter()
         retriever.build(passages)
@@ -197,7 +273,7 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def import_index(args: argparse.Namespace) -> None:
-    from lit_rag.retrieval.importer import import_dense_index
+    from lit_rag.plugins.retrievers.faiss_import import import_dense_index
     from lit_rag.retrieval.manifest import Manifest
 
     started = time.perf_counter()
@@ -213,9 +289,13 @@ def import_index(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> None:
-    args = _parser().parse_args(argv)
-    if args.command != "build":
-        _check_args(args)
-    commands = {"build": build, "search": search, "eval": evaluate, "serve": serve,
-                "import": import_index}
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "build":
+        build(args, extra)
+        return
+    if extra:
+        parser.parse_args(argv)  # argparse's own error for the unrecognized arguments
+    _check_args(args)
+    commands = {"search": search, "eval": evaluate, "serve": serve, "import": import_index}
     commands[args.command](args)

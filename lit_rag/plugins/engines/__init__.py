@@ -1,0 +1,1 @@
+"""Built-in rollout engines, registered in the ``lit_rag.engines`` entry-point group."""

@@ -1,0 +1,1 @@
+"""Built-in retrievers, registered in the ``lit_rag.retrievers`` entry-point group."""
