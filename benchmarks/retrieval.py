@@ -66,25 +66,50 @@ PHASES = ("build", "serve")
 K = 10
 DIM = 384
 TARGET = 21_000_000  # passages in the FlashRAG / DPR Wikipedia dump
-DEFAULT_REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "wiki_corpus1000_flashrag.jsonl"
+DEFAULT_REAL = (
+    Path(__file__).resolve().parent.parent.parent
+    / "shared"
+    / "data"
+    / "wiki_corpus1000_flashrag.jsonl"
+)
 QUERY_NOISE = 0.6  # query vector = normalize(passage vector + QUERY_NOISE * unit noise)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--passages", type=int, default=100_000, help="largest generated corpus size")
-    p.add_argument("--sizes", type=int, nargs="+", default=None,
-                   help="generated corpus sizes to measure growth over (default: 10000 and --passages)")
+    p.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="generated corpus sizes to measure growth over (default: 10000 and --passages)",
+    )
     p.add_argument("--queries", type=int, default=256, help="queries per corpus")
-    p.add_argument("--rank-bm25-queries", type=int, default=64,
-                   help="queries rank-bm25 runs (it scores every document per query term in Python)")
+    p.add_argument(
+        "--rank-bm25-queries",
+        type=int,
+        default=64,
+        help="queries rank-bm25 runs (it scores every document per query term in Python)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--real", default=str(DEFAULT_REAL), help="FlashRAG corpus JSONL (skipped if absent)")
-    p.add_argument("--dense-encoder", default=None,
-                   help="sentence-transformers model for the dense sides (default: random embeddings)")
+    p.add_argument(
+        "--real", default=str(DEFAULT_REAL), help="FlashRAG corpus JSONL (skipped if absent)"
+    )
+    p.add_argument(
+        "--dense-encoder",
+        default=None,
+        help="sentence-transformers model for the dense sides (default: random embeddings)",
+    )
     p.add_argument("--only", nargs="+", choices=SIDES, default=list(SIDES))
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="BLAS/faiss threads per child")
-    p.add_argument("--workdir", default=None, help="keep corpora and indexes here (default: a temp dir, removed)")
+    p.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="BLAS/faiss threads per child"
+    )
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="keep corpora and indexes here (default: a temp dir, removed)",
+    )
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_dir", help=argparse.SUPPRESS)
@@ -103,18 +128,89 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------
 # generated corpus
 # ---------------------------------------------------------------------------------------------
-_ONSETS = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
-           "dr", "st", "tr", "ch", "sh", "gl", "pl", "cr")
+_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "st",
+    "tr",
+    "ch",
+    "sh",
+    "gl",
+    "pl",
+    "cr",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ea", "ou")
 _CODAS = ("", "", "n", "r", "l", "s", "m", "nd", "rt")
 _SYLLABLES = [o + v + c for o in _ONSETS for v in _VOWELS for c in _CODAS]
-_OCCUPATIONS = ("painter", "weaver", "sailor", "potter", "baker", "scholar", "miner", "poet",
-                "architect", "surgeon", "merchant", "composer", "farmer", "astronomer", "judge",
-                "engineer", "chemist", "sculptor", "lawyer", "teacher", "historian", "physician")
-_PRODUCTS = ("clocks", "lamps", "ropes", "boats", "maps", "glass", "paper", "bells", "bicycles",
-             "violins", "telescopes", "cheese", "textiles", "engines", "radios", "furniture")
-_COMMON = ("the old", "a small", "the new", "a large", "the northern", "the local", "a famous",
-           "the first", "a rural", "the royal")
+_OCCUPATIONS = (
+    "painter",
+    "weaver",
+    "sailor",
+    "potter",
+    "baker",
+    "scholar",
+    "miner",
+    "poet",
+    "architect",
+    "surgeon",
+    "merchant",
+    "composer",
+    "farmer",
+    "astronomer",
+    "judge",
+    "engineer",
+    "chemist",
+    "sculptor",
+    "lawyer",
+    "teacher",
+    "historian",
+    "physician",
+)
+_PRODUCTS = (
+    "clocks",
+    "lamps",
+    "ropes",
+    "boats",
+    "maps",
+    "glass",
+    "paper",
+    "bells",
+    "bicycles",
+    "violins",
+    "telescopes",
+    "cheese",
+    "textiles",
+    "engines",
+    "radios",
+    "furniture",
+)
+_COMMON = (
+    "the old",
+    "a small",
+    "the new",
+    "a large",
+    "the northern",
+    "the local",
+    "a famous",
+    "the first",
+    "a rural",
+    "the royal",
+)
 _SENTENCES = (
     "{s} was born in {c} in {y} and later worked as a {o}.",
     "{s} is a {o} known for {f}.",
@@ -149,21 +245,40 @@ def generate_corpus(n: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     vocab_size = 200_000
     base = len(_SYLLABLES)
-    vocab = _words(rng.permutation(base**2 * 2)[:vocab_size] + base**2, 3)  # 3-syllable filler words
+    vocab = _words(
+        rng.permutation(base**2 * 2)[:vocab_size] + base**2, 3
+    )  # 3-syllable filler words
     ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
     zipf = 1.0 / (ranks + 2.7) ** 1.07
     zipf /= zipf.sum()
     # entity pools grow with the corpus (as names do in Wikipedia); two-syllable name parts
-    n_people, n_places, n_orgs, n_regions = max(50, n // 2), max(20, n // 10), max(20, n // 8), max(5, n // 500)
+    n_people, n_places, n_orgs, n_regions = (
+        max(50, n // 2),
+        max(20, n // 10),
+        max(20, n // 8),
+        max(5, n // 500),
+    )
     parts = _words(rng.permutation(base**2)[: 2 * n_people + n_places + n_orgs + n_regions], 2)
     parts = [w.capitalize() for w in parts]
-    people = [f"{a} {b}" for a, b in zip(parts[:n_people], parts[n_people:2 * n_people])]
-    rest = parts[2 * n_people:]
-    places = [w + s for w, s in zip(rest[:n_places], np.array(("ford", "holm", "ton", "dale", "port", "wick"))[
-        rng.integers(0, 6, n_places)])]
-    orgs = [f"{w} {k}" for w, k in zip(rest[n_places:n_places + n_orgs], np.array(
-        ("Works", "Press", "Guild", "Company", "Mills", "Institute", "Society"))[rng.integers(0, 7, n_orgs)])]
-    regions = [w + "ia" for w in rest[n_places + n_orgs:]]
+    people = [f"{a} {b}" for a, b in zip(parts[:n_people], parts[n_people : 2 * n_people])]
+    rest = parts[2 * n_people :]
+    places = [
+        w + s
+        for w, s in zip(
+            rest[:n_places],
+            np.array(("ford", "holm", "ton", "dale", "port", "wick"))[rng.integers(0, 6, n_places)],
+        )
+    ]
+    orgs = [
+        f"{w} {k}"
+        for w, k in zip(
+            rest[n_places : n_places + n_orgs],
+            np.array(("Works", "Press", "Guild", "Company", "Mills", "Institute", "Society"))[
+                rng.integers(0, 7, n_orgs)
+            ],
+        )
+    ]
+    regions = [w + "ia" for w in rest[n_places + n_orgs :]]
     n_sent = rng.integers(2, 5, n)
     total = int(n_sent.sum())
     tmpl = rng.integers(0, len(_SENTENCES), total)
@@ -185,11 +300,22 @@ def generate_corpus(n: int, seed: int) -> list[dict]:
         sentences = []
         for _ in range(int(n_sent[i])):
             f = filler[j]
-            sentences.append(_SENTENCES[tmpl[j]].format(
-                s=subject, t=people[person_ix[j, 1]], c=places[place_ix[j]], g=orgs[org_ix[j]],
-                r=regions[region_ix[j]], y=years[j], n=numbers[j], o=_OCCUPATIONS[occ[j]],
-                p=_PRODUCTS[prod[j]], m=_COMMON[common[j]], f=f"{vocab[f[0]]} {vocab[f[1]]}",
-                f2=f"{vocab[f[2]]} {vocab[f[3]]}"))
+            sentences.append(
+                _SENTENCES[tmpl[j]].format(
+                    s=subject,
+                    t=people[person_ix[j, 1]],
+                    c=places[place_ix[j]],
+                    g=orgs[org_ix[j]],
+                    r=regions[region_ix[j]],
+                    y=years[j],
+                    n=numbers[j],
+                    o=_OCCUPATIONS[occ[j]],
+                    p=_PRODUCTS[prod[j]],
+                    m=_COMMON[common[j]],
+                    f=f"{vocab[f[0]]} {vocab[f[1]]}",
+                    f2=f"{vocab[f[2]]} {vocab[f[3]]}",
+                )
+            )
             j += 1
         passages.append({"id": f"g{i}", "title": subject, "text": " ".join(sentences)})
     return passages
@@ -205,7 +331,7 @@ def make_queries(texts: list[str], count: int, seed: int) -> tuple[list[str], li
         words = texts[src].split()
         length = int(min(len(words), rng.integers(4, 8)))
         start = int(rng.integers(0, len(words) - length + 1))
-        window = words[start:start + length]
+        window = words[start : start + length]
         other = texts[int(rng.integers(0, len(texts)))].split()
         window[int(rng.integers(0, len(window)))] = other[int(rng.integers(0, len(other)))]
         queries.append(" ".join(window))
@@ -229,7 +355,9 @@ def _peak_rss_mib() -> float:
 def _dir_mib(path: Path, skip: tuple[str, ...] = ()) -> float:
     if path.is_file():
         return path.stat().st_size / 2**20
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name not in skip) / 2**20
+    return (
+        sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name not in skip) / 2**20
+    )
 
 
 def _load_corpus(d: Path):
@@ -272,8 +400,14 @@ def child_prepare(args: argparse.Namespace, d: Path) -> dict:
     np.save(d / "emb.npy", np.ascontiguousarray(emb, dtype=np.float32))
     np.save(d / "qemb.npy", np.ascontiguousarray(qemb, dtype=np.float32))
     words = sum(len(t.split()) for t in texts)
-    return {"ok": True, "passages": len(passages), "gen_s": gen_s, "words_per_passage": words / len(passages),
-            "text_mib": _dir_mib(d / "corpus.jsonl"), "dim": int(emb.shape[1])}
+    return {
+        "ok": True,
+        "passages": len(passages),
+        "gen_s": gen_s,
+        "words_per_passage": words / len(passages),
+        "text_mib": _dir_mib(d / "corpus.jsonl"),
+        "dim": int(emb.shape[1]),
+    }
 
 
 def _dense_retriever_class():
@@ -299,12 +433,14 @@ def _timed_search(search, queries: list[str], batch: int) -> tuple[float, list]:
     out = []
     t0 = time.perf_counter()
     for i in range(0, len(queries), batch):
-        out.extend(search(queries[i:i + batch]))
+        out.extend(search(queries[i : i + batch]))
     return len(queries) / (time.perf_counter() - t0), out
 
 
 def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict:
-    passages, queries, gold = _load_corpus(d) if phase == "build" else (None, *_load_corpus_queries(d))
+    passages, queries, gold = (
+        _load_corpus(d) if phase == "build" else (None, *_load_corpus_queries(d))
+    )
     import bm25s  # noqa: F401  (libraries are part of the baseline, not of the side's memory)
     import faiss  # noqa: F401
     import rank_bm25  # noqa: F401
@@ -384,7 +520,11 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
                 out = []
                 for toks in tokenizer(qs):
                     scores = bm.get_scores(toks)
-                    top = np.argpartition(-scores, K - 1)[:K] if len(scores) > K else np.arange(len(scores))
+                    top = (
+                        np.argpartition(-scores, K - 1)[:K]
+                        if len(scores) > K
+                        else np.arange(len(scores))
+                    )
                     top = top[np.lexsort((top, -scores[top]))]
                     out.append([int(i) for i in top if scores[i] > 0])
                 return out
@@ -411,11 +551,15 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
                     s = scores[ids, j]
                     out.append([int(i) for i in ids[np.lexsort((ids, -s))]])
                 return out
+
         qs = queries[:n_q]
         res["queries_run"] = n_q
         res["qps_1"], top1 = _timed_search(search, qs, 1)
         res["qps_64"], top64 = _timed_search(search, qs, 64)
-        ids = [[int(str(x).lstrip("g")) if str(x).lstrip("g").isdigit() else x for x in hits] for hits in top64]
+        ids = [
+            [int(str(x).lstrip("g")) if str(x).lstrip("g").isdigit() else x for x in hits]
+            for hits in top64
+        ]
         res["top"] = ids[:64]
         res["recall"] = float(np.mean([g in h for g, h in zip(gold, ids)])) if ids else 0.0
     res["peak_rss_mib"] = _peak_rss_mib()
@@ -457,14 +601,23 @@ def spawn(child: str, d: Path, raw: list[str], args: argparse.Namespace) -> dict
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, text=True, stdout=None if args.verbose else subprocess.PIPE,
-                          stderr=None if args.verbose else subprocess.STDOUT)
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        text=True,
+        stdout=None if args.verbose else subprocess.PIPE,
+        stderr=None if args.verbose else subprocess.STDOUT,
+    )
     if result.exists():
         res = json.loads(result.read_text())
     else:
         tail = [ln for ln in (proc.stdout or "").splitlines() if ln.strip()]
-        res = {"ok": False, "error": f"killed by signal {-proc.returncode} (out of memory?)"
-               if proc.returncode < 0 else (tail[-1] if tail else f"exit status {proc.returncode}")}
+        res = {
+            "ok": False,
+            "error": f"killed by signal {-proc.returncode} (out of memory?)"
+            if proc.returncode < 0
+            else (tail[-1] if tail else f"exit status {proc.returncode}"),
+        }
     if not res.get("ok") and proc.stdout:
         log = d / f"{child.replace(':', '-')}.log"
         log.write_text(proc.stdout)
@@ -475,7 +628,15 @@ def spawn(child: str, d: Path, raw: list[str], args: argparse.Namespace) -> dict
 
 def _versions() -> str:
     out = []
-    for name in ("lit-rag", "bm25s", "rank-bm25", "faiss-cpu", "numpy", "PyStemmer", "sentence-transformers"):
+    for name in (
+        "lit-rag",
+        "bm25s",
+        "rank-bm25",
+        "faiss-cpu",
+        "numpy",
+        "PyStemmer",
+        "sentence-transformers",
+    ):
         try:
             out.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -500,52 +661,92 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 def print_table(label: str, info: dict, results: dict, args: argparse.Namespace) -> None:
     print()
-    print(f"== {label}: {info.get('passages', '?')} passages, {info.get('words_per_passage', 0):.0f} words/passage, "
-          f"text {info.get('text_mib', 0):.1f} MiB as JSONL; {args.queries} queries, k={K}")
-    header = ("side", "build s", "index MiB on disk", "peak RSS MiB build (delta)", "peak RSS MiB serve (delta)",
-              "load s", "q/s batch 1", "q/s batch 64", "hit@10")
+    print(
+        f"== {label}: {info.get('passages', '?')} passages, {info.get('words_per_passage', 0):.0f} words/passage, "
+        f"text {info.get('text_mib', 0):.1f} MiB as JSONL; {args.queries} queries, k={K}"
+    )
+    header = (
+        "side",
+        "build s",
+        "index MiB on disk",
+        "peak RSS MiB build (delta)",
+        "peak RSS MiB serve (delta)",
+        "load s",
+        "q/s batch 1",
+        "q/s batch 64",
+        "hit@10",
+    )
     rows = []
     for side, (b, s) in results.items():
         if not b.get("ok") or not s.get("ok"):
             err = b if not b.get("ok") else s
             rows.append((side, "FAILED", "-", "-", "-", "-", "-", "-", err.get("error", "")[:60]))
             continue
-        rows.append((side, f"{b['build_s'] + b['save_s']:.2f}", f"{b['index_mib']:.1f}",
-                     f"{b['peak_rss_mib']:.0f} ({b['delta_rss_mib']:.0f})",
-                     f"{s['peak_rss_mib']:.0f} ({s['delta_rss_mib']:.0f})", f"{s['load_s']:.2f}",
-                     _fmt(s["qps_1"]), _fmt(s["qps_64"]), f"{s['recall']:.2f}"))
+        rows.append(
+            (
+                side,
+                f"{b['build_s'] + b['save_s']:.2f}",
+                f"{b['index_mib']:.1f}",
+                f"{b['peak_rss_mib']:.0f} ({b['delta_rss_mib']:.0f})",
+                f"{s['peak_rss_mib']:.0f} ({s['delta_rss_mib']:.0f})",
+                f"{s['load_s']:.2f}",
+                _fmt(s["qps_1"]),
+                _fmt(s["qps_64"]),
+                f"{s['recall']:.2f}",
+            )
+        )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     ok = {side: v for side, v in results.items() if v[0].get("ok") and v[1].get("ok")}
     for side, (b, s) in ok.items():
-        extra = f"; rank-bm25 ran {s['queries_run']} queries (batch 64 = a loop of get_scores)" \
-            if side == "rank-bm25" else ""
+        extra = (
+            f"; rank-bm25 ran {s['queries_run']} queries (batch 64 = a loop of get_scores)"
+            if side == "rank-bm25"
+            else ""
+        )
         store = f"; + passages.jsonl {b['store_mib']:.1f} MiB" if b.get("store_mib") else ""
-        print(f"  {side}: build {b['build_s']:.2f} s + save {b['save_s']:.2f} s{store}; baseline RSS "
-              f"build {b['baseline_rss_mib']:.0f} / serve {s['baseline_rss_mib']:.0f} MiB{extra}")
+        print(
+            f"  {side}: build {b['build_s']:.2f} s + save {b['save_s']:.2f} s{store}; baseline RSS "
+            f"build {b['baseline_rss_mib']:.0f} / serve {s['baseline_rss_mib']:.0f} MiB{extra}"
+        )
     if "bm25-ours" in ok and "rank-bm25" in ok:
         (ob, os_), (rb, rs) = ok["bm25-ours"], ok["rank-bm25"]
-        print(f"  ratio bm25-ours / rank-bm25: q/s batch 1 {os_['qps_1'] / rs['qps_1']:.1f}x, batch 64 "
-              f"{os_['qps_64'] / rs['qps_64']:.1f}x, build time {(ob['build_s'] + ob['save_s']) / (rb['build_s'] + rb['save_s']):.2f}, "
-              f"disk {ob['index_mib'] / rb['index_mib']:.2f}, serve RSS delta "
-              f"{os_['delta_rss_mib'] / max(rs['delta_rss_mib'], 1e-9):.2f}; top-10 overlap "
-              f"{_overlap(os_['top'], rs['top']):.2f} (lucene vs Okapi idf)")
+        print(
+            f"  ratio bm25-ours / rank-bm25: q/s batch 1 {os_['qps_1'] / rs['qps_1']:.1f}x, batch 64 "
+            f"{os_['qps_64'] / rs['qps_64']:.1f}x, build time {(ob['build_s'] + ob['save_s']) / (rb['build_s'] + rb['save_s']):.2f}, "
+            f"disk {ob['index_mib'] / rb['index_mib']:.2f}, serve RSS delta "
+            f"{os_['delta_rss_mib'] / max(rs['delta_rss_mib'], 1e-9):.2f}; top-10 overlap "
+            f"{_overlap(os_['top'], rs['top']):.2f} (lucene vs Okapi idf)"
+        )
     if "dense-faiss-flat" in ok and "dense-numpy" in ok:
         (fb, fs), (nb, ns) = ok["dense-faiss-flat"], ok["dense-numpy"]
-        print(f"  ratio faiss-flat / numpy: q/s batch 1 {fs['qps_1'] / ns['qps_1']:.2f}x, batch 64 "
-              f"{fs['qps_64'] / ns['qps_64']:.2f}x, disk {fb['index_mib'] / nb['index_mib']:.2f}; top-10 overlap "
-              f"{_overlap(fs['top'], ns['top']):.2f} (exact search: should be 1.00)")
+        print(
+            f"  ratio faiss-flat / numpy: q/s batch 1 {fs['qps_1'] / ns['qps_1']:.2f}x, batch 64 "
+            f"{fs['qps_64'] / ns['qps_64']:.2f}x, disk {fb['index_mib'] / nb['index_mib']:.2f}; top-10 overlap "
+            f"{_overlap(fs['top'], ns['top']):.2f} (exact search: should be 1.00)"
+        )
 
 
 def print_growth(sizes: list[int], per_size: dict, args: argparse.Namespace) -> None:
     lo, hi = sizes[0], sizes[-1]
     print()
-    print(f"== growth between {lo:,} and {hi:,} generated passages (measured), extrapolated linearly to "
-          f"{TARGET / 1e6:.0f}M passages (value at {hi:,} + slope x {TARGET - hi:,})")
-    header = ("side", "build s/1M passages", "disk KiB/passage", "build RSS KiB/passage",
-              "serve RSS KiB/passage", f"{TARGET // 10**6}M: build", f"{TARGET // 10**6}M: disk",
-              f"{TARGET // 10**6}M: build RAM", f"{TARGET // 10**6}M: serve RAM", f"{TARGET // 10**6}M: q/s b1 (b64)")
+    print(
+        f"== growth between {lo:,} and {hi:,} generated passages (measured), extrapolated linearly to "
+        f"{TARGET / 1e6:.0f}M passages (value at {hi:,} + slope x {TARGET - hi:,})"
+    )
+    header = (
+        "side",
+        "build s/1M passages",
+        "disk KiB/passage",
+        "build RSS KiB/passage",
+        "serve RSS KiB/passage",
+        f"{TARGET // 10**6}M: build",
+        f"{TARGET // 10**6}M: disk",
+        f"{TARGET // 10**6}M: build RAM",
+        f"{TARGET // 10**6}M: serve RAM",
+        f"{TARGET // 10**6}M: q/s b1 (b64)",
+    )
     rows = []
     gib = 2**30
     for side in args.only:
@@ -565,25 +766,46 @@ def print_growth(sizes: list[int], per_size: dict, args: argparse.Namespace) -> 
         sram = ext(b[1]["delta_rss_mib"] * 2**20, slope_sm) / gib
         # search cost grows ~linearly with N for every side here (exhaustive scoring / postings)
         q1, q64 = b[1]["qps_1"] * hi / TARGET, b[1]["qps_64"] * hi / TARGET
-        rows.append((side, f"{slope_t * 1e6:.1f}", f"{slope_d / 1024:.2f}", f"{slope_bm / 1024:.2f}",
-                     f"{slope_sm / 1024:.2f}", f"{build_h * 60:.0f} min" if build_h < 2 else f"{build_h:.1f} h",
-                     f"{disk:.1f} GiB", f"{bram:.1f} GiB", f"{sram:.1f} GiB", f"{q1:.2g} ({q64:.2g})"))
+        rows.append(
+            (
+                side,
+                f"{slope_t * 1e6:.1f}",
+                f"{slope_d / 1024:.2f}",
+                f"{slope_bm / 1024:.2f}",
+                f"{slope_sm / 1024:.2f}",
+                f"{build_h * 60:.0f} min" if build_h < 2 else f"{build_h:.1f} h",
+                f"{disk:.1f} GiB",
+                f"{bram:.1f} GiB",
+                f"{sram:.1f} GiB",
+                f"{q1:.2g} ({q64:.2g})",
+            )
+        )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
-    store = (per_size[hi]["info"]["text_mib"] - per_size[lo]["info"]["text_mib"]) * 2**20 / (hi - lo)
-    print(f"  passage text store (passages.jsonl, both lit-rag retrievers keep it in RAM once loaded): "
-          f"{store:.0f} B/passage measured here (synthetic passages are shorter than Wikipedia's "
-          f"~100-word ones); q/s at 21M assumes search time grows linearly with N (exhaustive scoring).")
+    store = (
+        (per_size[hi]["info"]["text_mib"] - per_size[lo]["info"]["text_mib"]) * 2**20 / (hi - lo)
+    )
+    print(
+        f"  passage text store (passages.jsonl, both lit-rag retrievers keep it in RAM once loaded): "
+        f"{store:.0f} B/passage measured here (synthetic passages are shorter than Wikipedia's "
+        f"~100-word ones); q/s at 21M assumes search time grows linearly with N (exhaustive scoring)."
+    )
     n = TARGET
     nlist = 65536
     ivfpq = n * (48 + 8) + nlist * DIM * 4 + 48 * 256 * (DIM // 48) * 4
     print("  COMPUTED, not measured (faiss index sizes at 21M x 384-d fp32):")
-    print(f"    Flat (IndexFlatIP): 384 x 4 B = 1.5 KiB/passage -> {n * DIM * 4 / gib:.1f} GiB disk and RAM")
-    print(f"    HNSW32 (IndexHNSWFlat): 1.5 KiB + 2 x 32 x 4 B links -> ~{n * (DIM * 4 + 256) / gib:.1f} GiB")
-    print(f"    IVF65536,PQ48x8 (IndexIVFPQ): 48 B code + 8 B id = 56 B/passage + coarse centroids "
-          f"{nlist * DIM * 4 / 2**20:.0f} MiB + PQ codebooks {48 * 256 * (DIM // 48) * 4 / 2**10:.0f} KiB "
-          f"-> {ivfpq / gib:.2f} GiB; search touches nprobe/nlist of the lists")
+    print(
+        f"    Flat (IndexFlatIP): 384 x 4 B = 1.5 KiB/passage -> {n * DIM * 4 / gib:.1f} GiB disk and RAM"
+    )
+    print(
+        f"    HNSW32 (IndexHNSWFlat): 1.5 KiB + 2 x 32 x 4 B links -> ~{n * (DIM * 4 + 256) / gib:.1f} GiB"
+    )
+    print(
+        f"    IVF65536,PQ48x8 (IndexIVFPQ): 48 B code + 8 B id = 56 B/passage + coarse centroids "
+        f"{nlist * DIM * 4 / 2**20:.0f} MiB + PQ codebooks {48 * 256 * (DIM // 48) * 4 / 2**10:.0f} KiB "
+        f"-> {ivfpq / gib:.2f} GiB; search touches nprobe/nlist of the lists"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -593,8 +815,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     raw = list(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="litrag-retrieval-"))
-    corpora: list[tuple[str, dict]] = [(f"generated-{n}", {"kind": "generated", "n": n}) for n in args.sizes]
+    work = (
+        Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="litrag-retrieval-"))
+    )
+    corpora: list[tuple[str, dict]] = [
+        (f"generated-{n}", {"kind": "generated", "n": n}) for n in args.sizes
+    ]
     real = Path(args.real)
     if real.is_file():
         corpora.append(("real-wiki-sample", {"kind": "real", "path": str(real.resolve())}))
@@ -616,7 +842,11 @@ def main(argv: list[str] | None = None) -> None:
             for side in args.only:
                 print(f"[{label}] {side} ...", flush=True)
                 b = spawn(f"{side}:build", d, raw, args)
-                s = spawn(f"{side}:serve", d, raw, args) if b.get("ok") else {"ok": False, "error": "build failed"}
+                s = (
+                    spawn(f"{side}:serve", d, raw, args)
+                    if b.get("ok")
+                    else {"ok": False, "error": "build failed"}
+                )
                 results[side] = (b, s)
                 shutil.rmtree(d / f"index-{side}", ignore_errors=True)
             tables.append((label, info, results))
@@ -628,15 +858,25 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
     print(f"versions: python {sys.version.split()[0]}, {_versions()}")
-    enc = (f"sentence-transformers encoder {args.dense_encoder}" if args.dense_encoder else
-           f"NO encoder: random L2-normalized {DIM}-d fp32 embeddings (seed {args.seed}), the same array for "
-           f"faiss and numpy; query = noisy copy of its source passage's vector")
-    print(f"dense embeddings: {enc}; dense-faiss-flat = DenseRetriever(faiss_index='flat') with encode() "
-          "returning the precomputed vectors (no encoder time counted)")
-    print(f"bm25: both sides index the token lists of BM25Retriever's tokenizer; rank-bm25's on-disk index "
-          f"is a pickle of BM25Okapi (it has no disk format); {args.threads} BLAS/faiss thread(s), bm25s 1 thread")
-    print("build s = build + save; RSS delta = peak minus RSS before the side started; hit@10 = the query's "
-          "source passage is in the top 10; total wall " f"{time.perf_counter() - started:.0f} s")
+    enc = (
+        f"sentence-transformers encoder {args.dense_encoder}"
+        if args.dense_encoder
+        else f"NO encoder: random L2-normalized {DIM}-d fp32 embeddings (seed {args.seed}), the same array for "
+        f"faiss and numpy; query = noisy copy of its source passage's vector"
+    )
+    print(
+        f"dense embeddings: {enc}; dense-faiss-flat = DenseRetriever(faiss_index='flat') with encode() "
+        "returning the precomputed vectors (no encoder time counted)"
+    )
+    print(
+        f"bm25: both sides index the token lists of BM25Retriever's tokenizer; rank-bm25's on-disk index "
+        f"is a pickle of BM25Okapi (it has no disk format); {args.threads} BLAS/faiss thread(s), bm25s 1 thread"
+    )
+    print(
+        "build s = build + save; RSS delta = peak minus RSS before the side started; hit@10 = the query's "
+        "source passage is in the top 10; total wall "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     for label, info, results in tables:
         print_table(label, info, results, args)
     gen = sorted(per_size)

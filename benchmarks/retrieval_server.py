@@ -50,16 +50,30 @@ def main() -> None:
     args = parser.parse_args()
 
     from lit_rag.cli import main as cli
-    from lit_rag.retrieval.base import open_index
     from lit_rag.plugins.retrievers.http import HttpRetriever
+    from lit_rag.retrieval.base import open_index
 
     queries = _questions(args.queries)
     with tempfile.TemporaryDirectory() as tmp:
         index = Path(tmp) / "index"
-        cli(["index", "build", "--corpus", "synthetic", "--retriever", args.retriever, "--out", str(index)])
+        cli(
+            [
+                "index",
+                "build",
+                "--corpus",
+                "synthetic",
+                "--retriever",
+                args.retriever,
+                "--out",
+                str(index),
+            ]
+        )
         local = open_index(index)
-        server = subprocess.Popen([sys.executable, "-m", "lit_rag", "index", "serve", str(index), "--port", "0"],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "lit_rag", "index", "serve", str(index), "--port", "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             url = server.stdout.readline().split(" at ")[-1].strip()
             remote = HttpRetriever(url)
@@ -67,18 +81,26 @@ def main() -> None:
             for batch in args.batches:
                 here, local_hits = _time(local.search, queries, batch, args.k, args.repeats)
                 there, remote_hits = _time(remote.search, queries, batch, args.k, args.repeats)
-                same = [[h.passage.id for h in q] for q in local_hits] == [[h.passage.id for h in q] for q in remote_hits]
+                same = [[h.passage.id for h in q] for q in local_hits] == [
+                    [h.passage.id for h in q] for q in remote_hits
+                ]
                 rows.append((batch, here, there, same))
         finally:
             server.terminate()
             server.wait(30)
-    print(f"\n{args.retriever}, {len(queries)} queries, k={args.k}, median of {args.repeats} passes")
+    print(
+        f"\n{args.retriever}, {len(queries)} queries, k={args.k}, median of {args.repeats} passes"
+    )
     print("| queries per request | local q/s | http q/s | http / local | same hits |")
     print("|---|---|---|---|---|")
     for batch, here, there, same in rows:
-        print(f"| {batch} | {here:.0f} | {there:.0f} | {there / here:.2f} | {'yes' if same else 'NO'} |")
-    print(f"\npython benchmarks/retrieval_server.py --retriever {args.retriever} --batches "
-          f"{' '.join(map(str, args.batches))} --queries {args.queries} -k {args.k} --repeats {args.repeats}")
+        print(
+            f"| {batch} | {here:.0f} | {there:.0f} | {there / here:.2f} | {'yes' if same else 'NO'} |"
+        )
+    print(
+        f"\npython benchmarks/retrieval_server.py --retriever {args.retriever} --batches "
+        f"{' '.join(map(str, args.batches))} --queries {args.queries} -k {args.k} --repeats {args.repeats}"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=None)
     parser.add_argument("--show", type=int, default=3, help="completions to print")
-    parser.add_argument("overrides", nargs="*", help="extra CLI overrides, e.g. --model.sampling.max_new_tokens=96")
+    parser.add_argument(
+        "overrides", nargs="*", help="extra CLI overrides, e.g. --model.sampling.max_new_tokens=96"
+    )
     args, extra = parser.parse_known_args()
     cli = build_cli(["--config", args.config, *extra, *args.overrides], run=False)
     module, data = cli.model, cli.datamodule
@@ -39,19 +41,26 @@ def main() -> None:
     rewards = module.reward(trajectories)
     if rewards.total.dim() == 2:  # step-level rewards [N, T]: report each trajectory's return
         print("step-level rewards: per-trajectory sums over steps (weighted total = the return)")
-        rewards = type(rewards)(total=rewards.total.sum(-1), components={k: v.sum(-1) for k, v in rewards.components.items()})
+        rewards = type(rewards)(
+            total=rewards.total.sum(-1),
+            components={k: v.sum(-1) for k, v in rewards.components.items()},
+        )
     groups = torch.tensor([t.group for t in trajectories])
     varied = sum(float(rewards.total[groups == g].std()) > 0 for g in groups.unique())
     prompt_tokens = sum(t.prompt_ids.numel() for t in trajectories[::group]) / len(examples)
-    print(f"recipe: {args.config}; {len(examples)} prompts x {group} samples; "
-          f"mean prompt {prompt_tokens:.0f} tokens; rollout {seconds:.1f} s")
+    print(
+        f"recipe: {args.config}; {len(examples)} prompts x {group} samples; "
+        f"mean prompt {prompt_tokens:.0f} tokens; rollout {seconds:.1f} s"
+    )
     print(f"{'component':<14}{'mean':>8}{'min':>8}{'max':>8}")
     for name, values in {"total": rewards.total, **rewards.components}.items():
         v = values.float()
         print(f"{name:<14}{v.mean():>8.3f}{v.min():>8.3f}{v.max():>8.3f}")
     lengths = torch.tensor([float(t.num_generated) for t in trajectories])
-    print(f"groups with reward variance: {varied}/{len(examples)}; "
-          f"mean completion {lengths.mean():.1f} tokens; truncated {sum(t.truncated for t in trajectories)}/{len(trajectories)}")
+    print(
+        f"groups with reward variance: {varied}/{len(examples)}; "
+        f"mean completion {lengths.mean():.1f} tokens; truncated {sum(t.truncated for t in trajectories)}/{len(trajectories)}"
+    )
     for name, value in module.environment.metrics(trajectories).items():
         print(f"{name:<20}{float(value):>8.3f}  (mean per trajectory)")
     prepared = module.algorithm.prepare(trajectories, module.reward(trajectories))

@@ -50,16 +50,18 @@ from pathlib import Path
 import torch
 
 from lit_rag.cli import build_cli
-from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.plugins.engines.hf import HFEngine
 from lit_rag.plugins.engines.vllm import VLLMEngine
+from lit_rag.rollout.base import RolloutEngine, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(recipe: str, extra: list[str]):
     """The recipe's policy module (model loaded, eval mode) and its first training examples."""
-    cli = build_cli(["--config", str(ROOT / "recipes" / recipe), "--model.engine=hf", *extra], run=False)
+    cli = build_cli(
+        ["--config", str(ROOT / "recipes" / recipe), "--model.engine=hf", *extra], run=False
+    )
     module, data = cli.model, cli.datamodule
     module.configure_model()
     module.model.eval()
@@ -105,20 +107,31 @@ def timed(fn, engine, engine_name: str):
     if getattr(engine, "_llm", None) is not None:
         engine._llm.reset_prefix_cache()  # no run reuses the KV blocks of the one before
     started = time.perf_counter()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=engine_name == "hf"), \
-            Steps(engine) as steps:
+    with (
+        torch.no_grad(),
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=engine_name == "hf"),
+        Steps(engine) as steps,
+    ):
         result = fn()
     return result, time.perf_counter() - started, steps
 
 
 def single_turn(module, examples, engine, name: str, args) -> dict:
-    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.9, stop=module.sampling.stop)
+    params = SamplingParams(
+        max_new_tokens=args.new_tokens, temperature=0.9, stop=module.sampling.stop
+    )
     env = module.environment
     env.rollout(examples[:1], engine, 1, SamplingParams(max_new_tokens=4))  # warm-up
     torch.manual_seed(0)
-    trajectories, seconds, _ = timed(lambda: env.rollout(examples, engine, args.group_size, params), engine, name)
+    trajectories, seconds, _ = timed(
+        lambda: env.rollout(examples, engine, args.group_size, params), engine, name
+    )
     prompt = sum(int(t.prompt_ids.numel()) for t in trajectories) / len(trajectories)
-    return {"seconds": seconds, "tokens": sum(t.num_generated for t in trajectories), "prompt": prompt}
+    return {
+        "seconds": seconds,
+        "tokens": sum(t.num_generated for t in trajectories),
+        "prompt": prompt,
+    }
 
 
 BM25 = '{"class_path": "bm25", "init_args": {"index": "indexes/synthetic-bm25"}}'
@@ -126,8 +139,12 @@ BM25 = '{"class_path": "bm25", "init_args": {"index": "indexes/synthetic-bm25"}}
 MULTI_TURN = {
     "search_agent": ("eval_rar_quickstart.yaml", "max_turns", "rollout", []),
     # BM25 as the others: the recipe's hybrid retriever needs an embedding model
-    "query_rewriter": ("evo_rag_quickstart.yaml", "t_max", "rollout",
-                       [f"--model.environment.init_args.retriever={BM25}"]),
+    "query_rewriter": (
+        "evo_rag_quickstart.yaml",
+        "t_max",
+        "rollout",
+        [f"--model.environment.init_args.retriever={BM25}"],
+    ),
     "retrieval_tree": ("r2ag_quickstart.yaml", "max_iterations", "validation_rollout", []),
 }
 
@@ -165,7 +182,9 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
     s = module.sampling
     params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, stop=s.stop)
     n = len(examples) * args.group_size
-    prompts = [tok(env.build_prompt(ex, tok), add_special_tokens=False)["input_ids"] for ex in examples]
+    prompts = [
+        tok(env.build_prompt(ex, tok), add_special_tokens=False)["input_ids"] for ex in examples
+    ]
     repeated = [p for p in prompts for _ in range(args.group_size)]
     runs = []
     for repeat in range(args.repeats):
@@ -178,15 +197,29 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
         torch.manual_seed(repeat)
         _, seconds, steps = timed(run, engine, name)
         # the reference: the same first prompts, one call, as many new tokens per row
-        budget = SamplingParams(max_new_tokens=max(1, round(counted.tokens / n)), temperature=params.temperature)
+        budget = SamplingParams(
+            max_new_tokens=max(1, round(counted.tokens / n)), temperature=params.temperature
+        )
         torch.manual_seed(repeat)
-        generations, single_s, single_steps = timed(lambda: engine.generate(repeated, budget), engine, name)
+        generations, single_s, single_steps = timed(
+            lambda: engine.generate(repeated, budget), engine, name
+        )
         single_tokens = sum(int(g.token_ids.numel()) for g in generations)
-        runs.append({"seconds": seconds, "tokens": counted.tokens, "per_row": counted.generations / n,
-                     "single_s": single_s, "single_tokens": single_tokens,
-                     "cost": (single_tokens / single_s) / (counted.tokens / seconds),
-                     "steps": steps.count, "in_steps": steps.seconds, "single_steps": single_steps.count,
-                     "prefilled": steps.prefilled, "single_prefilled": single_steps.prefilled})
+        runs.append(
+            {
+                "seconds": seconds,
+                "tokens": counted.tokens,
+                "per_row": counted.generations / n,
+                "single_s": single_s,
+                "single_tokens": single_tokens,
+                "cost": (single_tokens / single_s) / (counted.tokens / seconds),
+                "steps": steps.count,
+                "in_steps": steps.seconds,
+                "single_steps": single_steps.count,
+                "prefilled": steps.prefilled,
+                "single_prefilled": single_steps.prefilled,
+            }
+        )
     median = sorted(runs, key=lambda r: r["cost"])[len(runs) // 2]
     return {**median, "costs": [r["cost"] for r in runs]}
 
@@ -219,21 +252,32 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--engines", default="hf,vllm")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="multi-turn runs per environment and engine (each with its reference); the median is shown")
-    parser.add_argument("--environments", default=",".join(MULTI_TURN),
-                        help=f"multi-turn environments to measure, of {', '.join(MULTI_TURN)}")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="multi-turn runs per environment and engine (each with its reference); the median is shown",
+    )
+    parser.add_argument(
+        "--environments",
+        default=",".join(MULTI_TURN),
+        help=f"multi-turn environments to measure, of {', '.join(MULTI_TURN)}",
+    )
     args = parser.parse_args()
     engines, kinds = args.engines.split(","), args.environments.split(",")
     unknown = [k for k in kinds if k not in MULTI_TURN]
     if unknown:
-        parser.error(f"--environments: unknown {', '.join(unknown)}; allowed: {', '.join(MULTI_TURN)}")
+        parser.error(
+            f"--environments: unknown {', '.join(unknown)}; allowed: {', '.join(MULTI_TURN)}"
+        )
     ensure_index()
     arena, arena_examples = load("quickstart.yaml", [])
     multi = {}
     for kind in kinds:
         recipe, key, _, overrides = MULTI_TURN[kind]
-        module, examples = load(recipe, [f"--model.environment.init_args.{key}={args.turns}", *overrides])
+        module, examples = load(
+            recipe, [f"--model.environment.init_args.{key}={args.turns}", *overrides]
+        )
         module.environment.setup()
         multi[kind] = (module, examples)
     results: dict[str, dict] = {}
@@ -242,46 +286,66 @@ def main() -> None:
         single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
         results[name] = {"load_s": load_s, "single": single}
         for kind, (module, examples) in multi.items():
-            engine.bind(module.model, module.tokenizer)  # same base model: vLLM re-syncs, no rebuild
-            results[name][kind] = multi_turn(module, examples[: args.prompts], engine, name, kind, args)
+            engine.bind(
+                module.model, module.tokenizer
+            )  # same base model: vLLM re-syncs, no rebuild
+            results[name][kind] = multi_turn(
+                module, examples[: args.prompts], engine, name, kind, args
+            )
     report(args, kinds, results)
 
 
 def report(args, kinds: list[str], results: dict[str, dict]) -> None:
     n = args.prompts * args.group_size
     first = next(iter(results.values()))
-    print(f"# SmolLM2-135M-Instruct, {torch.get_num_threads()} threads; single-turn: ARENA quickstart prompts "
-          f"(mean {first['single']['prompt']:.0f} tokens) x G {args.group_size}, {args.new_tokens} new tokens; "
-          f"multi-turn: {n} rows, at most {args.turns} turns")
+    print(
+        f"# SmolLM2-135M-Instruct, {torch.get_num_threads()} threads; single-turn: ARENA quickstart prompts "
+        f"(mean {first['single']['prompt']:.0f} tokens) x G {args.group_size}, {args.new_tokens} new tokens; "
+        f"multi-turn: {n} rows, at most {args.turns} turns"
+    )
     print()
     print("| engine | load s | single-turn s | single-turn tok/s |")
     print("|---|---|---|---|")
     for name, r in results.items():
         s = r["single"]
-        print(f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | {s['tokens'] / s['seconds']:.1f} |")
+        print(
+            f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | {s['tokens'] / s['seconds']:.1f} |"
+        )
     for kind in kinds:
         print()
         print(f"multi-turn: {kind} ({MULTI_TURN[kind][0]}, {MULTI_TURN[kind][2]})")
         print()
-        print("| engine | multi-turn s | generations / row | multi-turn tok/s | reference tok/s "
-              "| multi-turn cost per token (each run) | tokens per engine step: multi-turn / reference "
-              "| prompt tokens computed per generated token: multi-turn / reference | time inside engine steps |")
+        print(
+            "| engine | multi-turn s | generations / row | multi-turn tok/s | reference tok/s "
+            "| multi-turn cost per token (each run) | tokens per engine step: multi-turn / reference "
+            "| prompt tokens computed per generated token: multi-turn / reference | time inside engine steps |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for name, r in results.items():
             m = r[kind]
             multi_rate, ref_rate = m["tokens"] / m["seconds"], m["single_tokens"] / m["single_s"]
             costs = ", ".join(f"{c:.2f}" for c in m["costs"])
-            occupancy = (f"{m['tokens'] / m['steps']:.1f} / {m['single_tokens'] / m['single_steps']:.1f}"
-                         if m["steps"] and m["single_steps"] else "-")
+            occupancy = (
+                f"{m['tokens'] / m['steps']:.1f} / {m['single_tokens'] / m['single_steps']:.1f}"
+                if m["steps"] and m["single_steps"]
+                else "-"
+            )
             inside = f"{100 * m['in_steps'] / m['seconds']:.0f}%" if m["steps"] else "-"
-            prefill = (f"{m['prefilled'] / m['tokens']:.1f} / {m['single_prefilled'] / m['single_tokens']:.1f}"
-                       if m["steps"] and m["single_steps"] else "-")
-            print(f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} "
-                  f"| {m['cost']:.2f}x ({costs}) | {occupancy} | {prefill} | {inside} |")
+            prefill = (
+                f"{m['prefilled'] / m['tokens']:.1f} / {m['single_prefilled'] / m['single_tokens']:.1f}"
+                if m["steps"] and m["single_steps"]
+                else "-"
+            )
+            print(
+                f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} "
+                f"| {m['cost']:.2f}x ({costs}) | {occupancy} | {prefill} | {inside} |"
+            )
     print()
-    print(f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size {args.group_size} "
-          f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines} "
-          f"--environments {args.environments} --repeats {args.repeats}")
+    print(
+        f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size {args.group_size} "
+        f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines} "
+        f"--environments {args.environments} --repeats {args.repeats}"
+    )
     if "hf" in results and "vllm" in results:
         rate = {k: r["single"]["tokens"] / r["single"]["seconds"] for k, r in results.items()}
         for kind in kinds:

@@ -74,13 +74,17 @@ def worker(args: argparse.Namespace) -> None:
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             m = StepOutput.of(outputs).metrics
-            self.rows.append({
-                "wall_s": time.perf_counter() - self.started, "update_s": float(m["time/update_s"]),
-                "rollout_s": float(m["time/rollout_s"]),
-                "sync_s": float(m.get("time/weight_sync_s", 0.0)),
-                "generated": float(m["tokens/generated"]), "trained": float(m.get("tokens/trained", 0.0)),
-                "rss_gib": float(m["mem/peak_rss_gib"]),
-            })
+            self.rows.append(
+                {
+                    "wall_s": time.perf_counter() - self.started,
+                    "update_s": float(m["time/update_s"]),
+                    "rollout_s": float(m["time/rollout_s"]),
+                    "sync_s": float(m.get("time/weight_sync_s", 0.0)),
+                    "generated": float(m["tokens/generated"]),
+                    "trained": float(m.get("tokens/trained", 0.0)),
+                    "rss_gib": float(m["mem/peak_rss_gib"]),
+                }
+            )
 
     if args.engine == "vllm":  # vLLM loads weights from disk: the random model saved by main()
         policy = ModelConfig(path=args.folder)
@@ -88,23 +92,45 @@ def worker(args: argparse.Namespace) -> None:
         engine = VLLMEngine(dtype=dtype, enforce_eager=True, kv_cache_gib=1.0, max_model_len=2048)
     else:
         policy, engine = ModelConfig(tiny=tiny_config(args.model)), None
-    module = PolicyModule(policy=policy, environment=SingleTurnEnvironment(), reward=F1Reward(),
-                          algorithm=GRPO(beta=0.04), group_size=args.samples, engine=engine,
-                          sampling=SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0),
-                          micro_batch_size=args.micro_batch, lr=1e-6)
-    data = QADataModule(num_train=args.global_prompts * (args.warmup + args.steps), num_val=2,
-                        global_batch_size=args.global_prompts, hops=[2], shuffle=False)
+    module = PolicyModule(
+        policy=policy,
+        environment=SingleTurnEnvironment(),
+        reward=F1Reward(),
+        algorithm=GRPO(beta=0.04),
+        group_size=args.samples,
+        engine=engine,
+        sampling=SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0),
+        micro_batch_size=args.micro_batch,
+        lr=1e-6,
+    )
+    data = QADataModule(
+        num_train=args.global_prompts * (args.warmup + args.steps),
+        num_val=2,
+        global_batch_size=args.global_prompts,
+        hops=[2],
+        shuffle=False,
+    )
     clock = Clock()
-    trainer = L.Trainer(accelerator=args.accelerator, devices=args.devices,
-                        strategy="ddp" if args.devices > 1 else "auto", precision=args.precision,
-                        max_steps=args.warmup + args.steps, callbacks=[clock], logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0, limit_val_batches=0)
+    trainer = L.Trainer(
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy="ddp" if args.devices > 1 else "auto",
+        precision=args.precision,
+        max_steps=args.warmup + args.steps,
+        callbacks=[clock],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     trainer.fit(module, datamodule=data)
     params = sum(p.numel() for p in module.model.parameters())
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"rank{trainer.global_rank}.json").write_text(json.dumps(
-        {"params": params, "rows": clock.rows[args.warmup :]}))
+    (Path(args.out) / f"rank{trainer.global_rank}.json").write_text(
+        json.dumps({"params": params, "rows": clock.rows[args.warmup :]})
+    )
 
 
 def tiny_config(model: str):
@@ -141,15 +167,32 @@ def _timed(fn) -> float:
 
 def run(args: argparse.Namespace, engine: str, devices: int) -> dict:
     out = tempfile.mkdtemp(prefix=f"scaling-{devices}-")
-    cmd = [sys.executable, __file__, "--worker", "--devices", str(devices), "--out", out,
-           "--engine", engine,
-           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-             if k not in ("worker", "devices", "out", "engine")]]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--devices",
+        str(devices),
+        "--out",
+        out,
+        "--engine",
+        engine,
+        *[
+            f"--{k.replace('_', '-')}={v}"
+            for k, v in vars(args).items()
+            if k not in ("worker", "devices", "out", "engine")
+        ],
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads // devices))}
-    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)
+    done = subprocess.run(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+    )
     if done.returncode != 0:
-        why = "killed by signal 9 (out of memory?)" if done.returncode == -9 else done.stderr.strip().splitlines()[-1:]
+        why = (
+            "killed by signal 9 (out of memory?)"
+            if done.returncode == -9
+            else done.stderr.strip().splitlines()[-1:]
+        )
         raise SystemExit(f"scaling: the {devices}-process {engine} run failed: {why}")
     ranks = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"))]
     steps = len(ranks[0]["rows"])
@@ -160,11 +203,19 @@ def run(args: argparse.Namespace, engine: str, devices: int) -> dict:
     wall, update = slowest("wall_s"), slowest("update_s")
     generated = sum(row["generated"] for r in ranks for row in r["rows"]) / steps
     trained = sum(row["trained"] for r in ranks for row in r["rows"]) / steps
-    return {"engine": engine, "devices": devices, "params": ranks[0]["params"], "wall_s": wall,
-            "update_s": update, "rollout_s": slowest("rollout_s"), "sync_s": slowest("sync_s"),
-            "rss_gib": max(row["rss_gib"] for r in ranks for row in r["rows"]),
-            "generated_per_s": generated / wall, "trained_per_s": trained / update,
-            "flops_per_s": 6 * ranks[0]["params"] * trained / update}
+    return {
+        "engine": engine,
+        "devices": devices,
+        "params": ranks[0]["params"],
+        "wall_s": wall,
+        "update_s": update,
+        "rollout_s": slowest("rollout_s"),
+        "sync_s": slowest("sync_s"),
+        "rss_gib": max(row["rss_gib"] for r in ranks for row in r["rows"]),
+        "generated_per_s": generated / wall,
+        "trained_per_s": trained / update,
+        "flops_per_s": 6 * ranks[0]["params"] * trained / update,
+    }
 
 
 def main() -> None:
@@ -196,20 +247,26 @@ def main() -> None:
     peak = matmul_peak(dtype, args.threads) if args.accelerator == "cpu" else float("nan")
     results = [run(args, engine, devices) for engine in engines for devices in (1, 2)]
     params = results[0]["params"] / 1e6
-    print(f"GRPO step, {args.model} shape ({params:.1f}M parameters), global batch "
-          f"{args.global_prompts} prompts x {args.samples} samples x {args.new_tokens} new tokens, "
-          f"{args.precision}, {args.threads} threads; {args.steps} timed steps after {args.warmup}")
+    print(
+        f"GRPO step, {args.model} shape ({params:.1f}M parameters), global batch "
+        f"{args.global_prompts} prompts x {args.samples} samples x {args.new_tokens} new tokens, "
+        f"{args.precision}, {args.threads} threads; {args.steps} timed steps after {args.warmup}"
+    )
     print(f"matmul peak ({dtype}, 2048^2, {args.threads} threads): {peak / 1e9:.0f} GFLOP/s")
-    print("| engine | processes | step s | rollout s | update s | sync s | generated tok/s "
-          "| trained tok/s | update GFLOP/s | MFU | peak RSS per rank | throughput vs 1 process |")
+    print(
+        "| engine | processes | step s | rollout s | update s | sync s | generated tok/s "
+        "| trained tok/s | update GFLOP/s | MFU | peak RSS per rank | throughput vs 1 process |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = next(b for b in results if b["engine"] == r["engine"] and b["devices"] == 1)
-        print(f"| {r['engine']} | {r['devices']} | {r['wall_s']:.1f} | {r['rollout_s']:.1f} | "
-              f"{r['update_s']:.1f} | {r['sync_s']:.2f} | {r['generated_per_s']:.0f} | "
-              f"{r['trained_per_s']:.0f} | {r['flops_per_s'] / 1e9:.1f} | "
-              f"{r['flops_per_s'] / peak:.1%} | {r['rss_gib']:.2f} GiB | "
-              f"{base['wall_s'] / r['wall_s']:.2f}x |")
+        print(
+            f"| {r['engine']} | {r['devices']} | {r['wall_s']:.1f} | {r['rollout_s']:.1f} | "
+            f"{r['update_s']:.1f} | {r['sync_s']:.2f} | {r['generated_per_s']:.0f} | "
+            f"{r['trained_per_s']:.0f} | {r['flops_per_s'] / 1e9:.1f} | "
+            f"{r['flops_per_s'] / peak:.1%} | {r['rss_gib']:.2f} GiB | "
+            f"{base['wall_s'] / r['wall_s']:.2f}x |"
+        )
     print("command: python benchmarks/scaling.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 

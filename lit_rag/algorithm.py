@@ -80,11 +80,22 @@ class PolicyLossConfig:
 #: ``(rewards [N], groups [N] (prompt group ids), scale_rewards) -> advantages [N]``
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor]
 #: ``(logprobs [B, C] with grad, old_logprobs [B, C], advantages [B], mask [B, C], config) -> TokenLoss``
-PolicyLossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossConfig], TokenLoss]
+PolicyLossFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossConfig], TokenLoss
+]
 
 #: per-row tensor fields of a TrainBatch (first dimension N)
-_ROW_FIELDS = ("input_ids", "attention_mask", "completion_mask", "sampling_logprobs", "advantages",
-               "token_weights", "ref_logprobs", "old_logprobs", "logprobs")
+_ROW_FIELDS = (
+    "input_ids",
+    "attention_mask",
+    "completion_mask",
+    "sampling_logprobs",
+    "advantages",
+    "token_weights",
+    "ref_logprobs",
+    "old_logprobs",
+    "logprobs",
+)
 
 
 @dataclass
@@ -135,12 +146,20 @@ class TrainBatch:
 
     def rows(self, index: torch.Tensor) -> TrainBatch:
         """The rows ``index`` (an index tensor) of every per-row tensor; no mini-batch plan."""
-        sliced = {name: getattr(self, name)[index] for name in _ROW_FIELDS if getattr(self, name) is not None}
+        sliced = {
+            name: getattr(self, name)[index]
+            for name in _ROW_FIELDS
+            if getattr(self, name) is not None
+        }
         return TrainBatch(**sliced, extra={k: v[index] for k, v in self.extra.items()})
 
     def to(self, device: torch.device | str) -> TrainBatch:
         """Every tensor moved to ``device``."""
-        moved = {name: getattr(self, name).to(device) for name in _ROW_FIELDS if getattr(self, name) is not None}
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in _ROW_FIELDS
+            if getattr(self, name) is not None
+        }
         return replace(self, **moved, extra={k: v.to(device) for k, v in self.extra.items()})
 
 
@@ -183,8 +202,12 @@ def collate(trajectories: list, pad_id: int = 0) -> TrainBatch:
         attention[row, prompt_width - p : prompt_width + c] = 1
         completion_mask[row, :c] = t.loss_mask.float()
         sampling[row, :c] = t.sampling_logprobs.float()
-    return TrainBatch(input_ids=input_ids, attention_mask=attention, completion_mask=completion_mask,
-                      sampling_logprobs=sampling)
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        completion_mask=completion_mask,
+        sampling_logprobs=sampling,
+    )
 
 
 class Algorithm(ABC):
@@ -223,8 +246,12 @@ class Algorithm(ABC):
         self.placement = placement
 
     @abstractmethod
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown,
-                max_groups: int | None = None) -> Prepared:
+    def prepare(
+        self,
+        trajectories: list[Trajectory],
+        rewards: RewardBreakdown,
+        max_groups: int | None = None,
+    ) -> Prepared:
         """Advantages (or pairs), filtering, padding; ``max_groups``: keep at most that many
         informative groups (dynamic sampling)."""
 

@@ -45,7 +45,9 @@ _TEMP_NAME = re.compile(r"^\..+\.tmp-(?P<host>.+)-(?P<pid>\d+)$")
 #: renamed milliseconds after its last write and fsync)
 FOREIGN_STALE_S = 3600.0
 _HOST = socket.gethostname()
-_IN_FLIGHT: set[Path] = set()  # this process's staging files being written (AsyncCheckpointIO: a thread)
+_IN_FLIGHT: set[Path] = (
+    set()
+)  # this process's staging files being written (AsyncCheckpointIO: a thread)
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
@@ -56,7 +58,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     request or transaction. Loading keeps Lightning's ``weights_only`` and ``map_location``.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+    ) -> None:
         """Write ``checkpoint`` to ``path`` through a staging file in the same folder.
 
         Raises:
@@ -158,10 +162,14 @@ def check_checkpoint_file(path: _PATH) -> None:
     """
     path = Path(path)
     if not path.exists():
-        raise InputError(f"checkpoint {path} does not exist; give the path of a .ckpt file (e.g. last.ckpt of the run)")
+        raise InputError(
+            f"checkpoint {path} does not exist; give the path of a .ckpt file (e.g. last.ckpt of the run)"
+        )
     if path.is_dir():
-        raise InputError(f"checkpoint {path} is a folder, not a checkpoint file (a sharded FSDP or DeepSpeed "
-                         "checkpoint loads only under its own strategy)")
+        raise InputError(
+            f"checkpoint {path} is a folder, not a checkpoint file (a sharded FSDP or DeepSpeed "
+            "checkpoint loads only under its own strategy)"
+        )
     if path.stat().st_size == 0:
         raise load_error(path, EOFError())
 
@@ -176,14 +184,22 @@ def load_error(path: _PATH, exc: BaseException) -> InputError:
     path = Path(path)
     detail = _detail(exc)
     if path.is_file() and path.stat().st_size == 0:
-        return InputError(f"checkpoint {path} is empty (0 bytes): its save was interrupted; "
-                          "resume from an earlier checkpoint")
-    if path.is_file() and not zipfile.is_zipfile(path):  # torch.save writes a zip; its directory is at the end
-        return InputError(f"checkpoint {path} is truncated or not a torch checkpoint ({path.stat().st_size} bytes, "
-                          f"no zip directory at its end; torch.load: {detail})")
+        return InputError(
+            f"checkpoint {path} is empty (0 bytes): its save was interrupted; "
+            "resume from an earlier checkpoint"
+        )
+    if path.is_file() and not zipfile.is_zipfile(
+        path
+    ):  # torch.save writes a zip; its directory is at the end
+        return InputError(
+            f"checkpoint {path} is truncated or not a torch checkpoint ({path.stat().st_size} bytes, "
+            f"no zip directory at its end; torch.load: {detail})"
+        )
     if "Unsupported global" in detail:  # a complete file holding objects, not only tensors
-        return InputError(f"checkpoint {path} holds objects that torch.load(weights_only=True) refuses ({detail}); "
-                          "load it with weights_only=False only if you trust its source")
+        return InputError(
+            f"checkpoint {path} holds objects that torch.load(weights_only=True) refuses ({detail}); "
+            "load it with weights_only=False only if you trust its source"
+        )
     return InputError(f"checkpoint {path} cannot be read by torch.load ({detail})")
 
 
@@ -233,8 +249,13 @@ def use_atomic_checkpoints(trainer) -> None:
     else:
         return  # the user's own checkpoint IO
     for callback in trainer.checkpoint_callbacks:
-        if isinstance(callback, ModelCheckpoint) and type(callback)._link_checkpoint is ModelCheckpoint._link_checkpoint:
-            callback._link_checkpoint = _link_atomically  # an instance attribute: called unbound, like the staticmethod
+        if (
+            isinstance(callback, ModelCheckpoint)
+            and type(callback)._link_checkpoint is ModelCheckpoint._link_checkpoint
+        ):
+            callback._link_checkpoint = (
+                _link_atomically  # an instance attribute: called unbound, like the staticmethod
+            )
 
 
 def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
@@ -247,7 +268,9 @@ def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
     """
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    if os.path.isdir(linkpath) and not os.path.islink(linkpath):  # a sharded checkpoint folder: Lightning's way
+    if os.path.isdir(linkpath) and not os.path.islink(
+        linkpath
+    ):  # a sharded checkpoint folder: Lightning's way
         return ModelCheckpoint._link_checkpoint(trainer, filepath, linkpath)
     if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
         link = Path(linkpath)
@@ -291,7 +314,7 @@ def _local_path(path: _PATH) -> Path | None:
     if "://" not in text:
         return Path(text)
     if text.startswith("file://"):
-        return Path(text[len("file://"):])
+        return Path(text[len("file://") :])
     return None
 
 

@@ -43,7 +43,13 @@ class RecipeError(InputError):
 
 
 def _resolve_node(node: Any, kind: str | None) -> Any:
-    if isinstance(node, str) and kind is not None and node and "." not in node and node.isidentifier():
+    if (
+        isinstance(node, str)
+        and kind is not None
+        and node
+        and "." not in node
+        and node.isidentifier()
+    ):
         return {"class_path": registry.class_path(kind, node)}
     if isinstance(node, list):
         return [_resolve_node(item, kind) for item in node]
@@ -76,9 +82,13 @@ def _load_recipe(path: str) -> dict:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
-        raise RecipeError(f"recipe '{path}'{line} is not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise RecipeError(
+            f"recipe '{path}'{line} is not valid YAML: {getattr(exc, 'problem', exc)}"
+        ) from exc
     if not isinstance(data, dict):
-        raise RecipeError(f"recipe '{path}' must be a mapping of sections (model, data, trainer, ...)")
+        raise RecipeError(
+            f"recipe '{path}' must be a mapping of sections (model, data, trainer, ...)"
+        )
     return data
 
 
@@ -145,12 +155,19 @@ def resolve_args(args: list[str]) -> list[str]:
             trainer = resolved.get("trainer")
             if isinstance(trainer, dict) and "precision" in trainer:
                 trainer["precision"] = _precision(trainer["precision"], accelerator)
-            out += ["--config", path if resolved == original else yaml.safe_dump(resolved, sort_keys=False)]
+            out += [
+                "--config",
+                path if resolved == original else yaml.safe_dump(resolved, sort_keys=False),
+            ]
             i += 1 if eq else 2
             continue
         if key.startswith("--") and (eq or has_next):
             raw = value if eq else args[i + 1]
-            new = _precision(raw, accelerator) if key == "--trainer.precision" else _resolve_override(key, raw)
+            new = (
+                _precision(raw, accelerator)
+                if key == "--trainer.precision"
+                else _resolve_override(key, raw)
+            )
             out += [f"{key}={new}"] if eq else [key, new]
             i += 1 if eq else 2
             continue
@@ -161,7 +178,10 @@ def resolve_args(args: list[str]) -> list[str]:
 
 def print_plugins() -> None:
     """``lit-rag plugins``: every installed plugin with the package it comes from."""
-    rows = [(p.kind, p.name, f"{p.package} {p.version}".strip(), p.target) for p in registry.all_plugins()]
+    rows = [
+        (p.kind, p.name, f"{p.package} {p.version}".strip(), p.target)
+        for p in registry.all_plugins()
+    ]
     header = ("kind", "name", "package", "target")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(4)]
     for row in [header] + rows:
@@ -217,11 +237,15 @@ def _cli_class():
                 check_ckpt_path(path)
 
         def before_instantiate_classes(self) -> None:
-            trainer = self.config.get(self.config.get("subcommand") or "", self.config).get("trainer", {})
+            trainer = self.config.get(self.config.get("subcommand") or "", self.config).get(
+                "trainer", {}
+            )
             interval = trainer.get("val_check_interval")
             if interval is not None and interval <= 0:  # Lightning divides by it mid-run
-                raise InputError(f"trainer.val_check_interval must be > 0 (an int: every N steps, "
-                                 f"a float: a fraction of the epoch), got {interval}")
+                raise InputError(
+                    f"trainer.val_check_interval must be > 0 (an int: every N steps, "
+                    f"a float: a fraction of the epoch), got {interval}"
+                )
 
         def instantiate_classes(self) -> None:
             # plugins, modules and the Trainer check their arguments in __init__ with ValueError
@@ -281,8 +305,10 @@ def check_scale(trainer, module, datamodule) -> None:
     file = Path(path) / "config.json" if path else None
     if file is not None and getattr(module.policy_config, "tiny", None) is None and file.is_file():
         raw = json.loads(file.read_text(encoding="utf-8"))
-        config = argparse.Namespace(num_attention_heads=raw.get("num_attention_heads"),
-                                    num_key_value_heads=raw.get("num_key_value_heads"))
+        config = argparse.Namespace(
+            num_attention_heads=raw.get("num_attention_heads"),
+            num_key_value_heads=raw.get("num_key_value_heads"),
+        )
     placement = Placement(world_size=trainer.world_size, local_world_size=trainer.num_devices)
     check_tensor_parallel(size, placement, config)
 
@@ -300,8 +326,10 @@ def check_ckpt_path(path: str) -> None:
         return
     check_checkpoint_file(path)  # missing, a folder, empty
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, its directory at the end
-        raise InputError(f"checkpoint {path} is truncated or not a torch checkpoint "
-                         f"({Path(path).stat().st_size} bytes, no zip directory at its end)")
+        raise InputError(
+            f"checkpoint {path} is truncated or not a torch checkpoint "
+            f"({Path(path).stat().st_size} bytes, no zip directory at its end)"
+        )
 
 
 def _argument_message(exc: BaseException) -> str:
@@ -313,7 +341,9 @@ def _argument_message(exc: BaseException) -> str:
     the message; otherwise the key, the value and the types it could have been.
     """
     text = str(exc)
-    unknown = re.search(r"Problem with given class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", text)
+    unknown = re.search(
+        r"Problem with given class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", text
+    )
     if unknown:
         return _unknown_option(text, *unknown.groups())
     if "Union subtypes" not in text or "Errors:" not in text:
@@ -325,20 +355,31 @@ def _argument_message(exc: BaseException) -> str:
     if ours:
         return ours[0]
     value = given.split("Given value:", 1)[1].strip() if "Given value:" in given else "?"
-    allowed = [re.sub(r"<class '([\w.]+)'>", r"\1", r.removeprefix("Expected a ")).replace("typing.Literal", "")
-               for r in reasons]
+    allowed = [
+        re.sub(r"<class '([\w.]+)'>", r"\1", r.removeprefix("Expected a ")).replace(
+            "typing.Literal", ""
+        )
+        for r in reasons
+    ]
     return f"{key or 'a value'}: got {value!r}; expected {' or '.join(allowed)}"
 
 
 def _unknown_option(text: str, path: str, option: str) -> str:
     """``init_args`` naming an argument the class does not take: the key, the option and the
     arguments it does take (read from the class jsonargparse has already imported)."""
-    key = text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else "init_args"
+    key = (
+        text.split('Parser key "', 1)[1].split('"', 1)[0] if 'Parser key "' in text else "init_args"
+    )
     module_name, _, name = path.rpartition(".")
     try:
         params = inspect.signature(getattr(sys.modules[module_name], name)).parameters
         takes = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    except (KeyError, AttributeError, TypeError, ValueError):  # not imported or no signature: no list
+    except (
+        KeyError,
+        AttributeError,
+        TypeError,
+        ValueError,
+    ):  # not imported or no signature: no list
         return f"{key}.init_args: '{option}' is not an argument of {name}"
     return f"{key}.init_args: '{option}' is not an argument of {name}; it takes: {', '.join(takes) or 'none'}"
 
@@ -360,11 +401,19 @@ def build_cli(args: list[str], run: bool = True):
     from lit_rag.modules.policy import PolicyModule
 
     cli_class = _cli_class()
-    parser_kwargs = {**_PARSER_KWARGS, **{name: dict(_PARSER_KWARGS) for name in ("fit", "validate", "test")}}
+    parser_kwargs = {
+        **_PARSER_KWARGS,
+        **{name: dict(_PARSER_KWARGS) for name in ("fit", "validate", "test")},
+    }
     if _names_module_class(args):
         return cli_class(
-            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-            args=resolve_args(args), run=run, save_config_kwargs={"overwrite": True},
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=resolve_args(args),
+            run=run,
+            save_config_kwargs={"overwrite": True},
             parser_kwargs=parser_kwargs,
         )
     return cli_class(
@@ -393,9 +442,9 @@ TRAINER_COMMANDS = {
     "fit": "Runs the full optimization routine.",
     "validate": "Perform one evaluation epoch over the validation set.",
     "test": "Perform one evaluation epoch over the test set. It's separated from fit to make sure "
-            "you never run on your",
+    "you never run on your",
     "predict": "Run inference on your data. This will call the model forward function to compute "
-               "predictions. Useful to",
+    "predictions. Useful to",
 }
 
 
@@ -408,10 +457,15 @@ def print_help() -> None:
     """
     from jsonargparse import ActionConfigFile, ArgumentParser
 
-    parser = ArgumentParser(description="Lightning Trainer command line tool", env_prefix="PL",
-                            **_PARSER_KWARGS)
-    parser.add_argument("-c", "--config", action=ActionConfigFile,
-                        help="Path to a configuration file in json or yaml format.")
+    parser = ArgumentParser(
+        description="Lightning Trainer command line tool", env_prefix="PL", **_PARSER_KWARGS
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        action=ActionConfigFile,
+        help="Path to a configuration file in json or yaml format.",
+    )
     subcommands = parser.add_subcommands()
     for name, text in TRAINER_COMMANDS.items():
         subcommands.add_subcommand(name, ArgumentParser(description=text), help=text)
@@ -456,8 +510,12 @@ def main(argv: list[str] | None = None) -> None:
         build_cli(args)
     except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type
         command = args[0] if args and args[0] in ("fit", "validate", "test") else ""
-        print(f"lit-rag: error: {_argument_message(exc)} (options: lit-rag {command} --help)".replace("  ", " "),
-              file=sys.stderr)
+        print(
+            f"lit-rag: error: {_argument_message(exc)} (options: lit-rag {command} --help)".replace(
+                "  ", " "
+            ),
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     except (InputError, FileNotFoundError) as exc:
         print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr)
@@ -485,7 +543,9 @@ def entry() -> None:
     from lit_rag.preload import reexec_with_tcmalloc
 
     if not console.split_verbose(sys.argv[1:])[1]:
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # read when torch loads: before the re-exec
+        os.environ.setdefault(
+            "TORCH_CPP_LOG_LEVEL", "ERROR"
+        )  # read when torch loads: before the re-exec
     reexec_with_tcmalloc()
     main()
 

@@ -45,13 +45,18 @@ CONTEXT_OVERFLOW = ("drop", "cut", "error")
 def check_context_overflow(value: str) -> str:
     """``value`` when it is one of :data:`CONTEXT_OVERFLOW` (else a ValueError naming them)."""
     if value not in CONTEXT_OVERFLOW:
-        raise ValueError(f"environment context_overflow: got {value!r}; allowed: "
-                         f"{', '.join(CONTEXT_OVERFLOW)}")
+        raise ValueError(
+            f"environment context_overflow: got {value!r}; allowed: {', '.join(CONTEXT_OVERFLOW)}"
+        )
     return value
 
 
-def fit_passages(passages: Sequence[Passage], encode: Callable[[list[Passage]], list[int]],
-                 room: int, overflow: str = "drop") -> list[Passage] | None:
+def fit_passages(
+    passages: Sequence[Passage],
+    encode: Callable[[list[Passage]], list[int]],
+    room: int,
+    overflow: str = "drop",
+) -> list[Passage] | None:
     """The first passages (the highest-ranked) whose prompt ``encode(kept)`` takes at most
     ``room`` tokens; with ``overflow="cut"`` the next passage follows, its text cut at a word
     to the room left and ended with " ..." (when a word of it fits). None when the prompt
@@ -63,7 +68,9 @@ def fit_passages(passages: Sequence[Passage], encode: Callable[[list[Passage]], 
     low, high = 0, len(passages) - 1  # the most whole passages that fit
     while low < high:
         middle = (low + high + 1) // 2
-        low, high = (middle, high) if len(encode(list(passages[:middle]))) <= room else (low, middle - 1)
+        low, high = (
+            (middle, high) if len(encode(list(passages[:middle]))) <= room else (low, middle - 1)
+        )
     kept = list(passages[:low])
     if overflow != "cut":
         return kept
@@ -75,7 +82,9 @@ def fit_passages(passages: Sequence[Passage], encode: Callable[[list[Passage]], 
     few, many = 0, len(words) - 1  # the most words of the next passage that fit
     while few < many:
         middle = (few + many + 1) // 2
-        few, many = (middle, many) if len(encode([*kept, part(middle)])) <= room else (few, middle - 1)
+        few, many = (
+            (middle, many) if len(encode([*kept, part(middle)])) <= room else (few, middle - 1)
+        )
     return [*kept, part(few)] if few else kept
 
 
@@ -103,17 +112,25 @@ class ContextLimit:
         return None if window is None else cls(window, params.max_new_tokens)
 
 
-def chat_prompt(tokenizer, system: str, user: str, use_chat_template: bool = True,
-                template_kwargs: dict | None = None) -> str | None:
+def chat_prompt(
+    tokenizer,
+    system: str,
+    user: str,
+    use_chat_template: bool = True,
+    template_kwargs: dict | None = None,
+) -> str | None:
     """System + user messages through the tokenizer's chat template, ready for the assistant;
     ``None`` when the template is off or the tokenizer has none (the caller writes raw text).
     ``template_kwargs`` go to the template (``{"enable_thinking": False}`` turns Qwen3's
     default thinking off; a template that does not read a key ignores it)."""
     if not use_chat_template or getattr(tokenizer, "chat_template", None) is None:
         return None
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                         **(template_kwargs or {}))
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": user}
+    ]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
 
 
 def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -198,13 +215,20 @@ class Environment(ABC):
         r"""System + user messages as prompt text: through the chat template when
         :attr:`use_chat_template` is on and the tokenizer has one, else ``"{system}\n\n{user}\n"``
         (``"{user}\n"`` without a system message)."""
-        text = chat_prompt(tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs)
+        text = chat_prompt(
+            tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs
+        )
         if text is None:
             return f"{system}\n\n{user}\n" if system else f"{user}\n"
         return text
 
-    def prompts(self, examples: list[Example], tokenizer, group_size: int = 1,
-                limit: ContextLimit | None = None) -> Prompts:
+    def prompts(
+        self,
+        examples: list[Example],
+        tokenizer,
+        group_size: int = 1,
+        limit: ContextLimit | None = None,
+    ) -> Prompts:
         """:meth:`build_prompt` per example, encoded; :attr:`Prompts.repeated` is the engine's
         input for ``group_size`` samples per example. With ``limit``, each prompt is fitted to
         it (:meth:`fit_prompt`) and :attr:`Prompts.examples` holds the examples as prompted."""
@@ -212,11 +236,16 @@ class Environment(ABC):
             texts = [self.build_prompt(example, tokenizer) for example in examples]
             return Prompts(texts, encode_prompts(tokenizer, texts), group_size)
         fitted = [self.fit_prompt(example, tokenizer, limit) for example in examples]
-        return Prompts([f[1] for f in fitted], [f[2] for f in fitted], group_size,
-                       examples=[f[0] for f in fitted])
+        return Prompts(
+            [f[1] for f in fitted],
+            [f[2] for f in fitted],
+            group_size,
+            examples=[f[0] for f in fitted],
+        )
 
-    def fit_prompt(self, example: Example, tokenizer,
-                   limit: ContextLimit) -> tuple[Example, str, list[int]]:
+    def fit_prompt(
+        self, example: Example, tokenizer, limit: ContextLimit
+    ) -> tuple[Example, str, list[int]]:
         """The example's prompt within ``limit``: ``(example as prompted, text, ids)``.
 
         References are taken as ranked (a retriever's order, a data set's own order): with
@@ -256,16 +285,20 @@ class Environment(ABC):
         text = self.build_prompt(example, tokenizer)
         return text, encode_prompts(tokenizer, [text])[0]
 
-    def _too_long(self, example: Example, tokens: int, limit: ContextLimit,
-                  without_references: bool) -> InputError:
+    def _too_long(
+        self, example: Example, tokens: int, limit: ContextLimit, without_references: bool
+    ) -> InputError:
         what = "without any reference" if without_references else "with its references"
         return InputError(
             f"example {example.id!r}: its prompt is {tokens} tokens {what}; with the "
             f"{limit.budget}-token budget (max_new_tokens) that is {tokens + limit.budget}, over "
             f"the engine's context window of {limit.window} tokens; shorten the question, lower "
             "max_new_tokens, or use a model with a longer context"
-            + ("" if without_references or self.context_overflow != "error"
-               else " (context_overflow: drop would leave out references)")
+            + (
+                ""
+                if without_references or self.context_overflow != "error"
+                else " (context_overflow: drop would leave out references)"
+            )
         )
 
     def trajectory(
@@ -328,7 +361,9 @@ class Environment(ABC):
         Default, single-turn: :meth:`prompts`, one generation per row, each a trajectory whose
         text starts with :attr:`assistant_prefix`; multi-turn environments override it.
         """
-        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
+        prompts = self.prompts(
+            examples, engine.tokenizer, group_size, ContextLimit.of(engine, params)
+        )
         generations = engine.generate(prompts.repeated, params)
         return [
             self.trajectory(
@@ -344,7 +379,9 @@ class Environment(ABC):
             for group, generation in zip(prompts.groups, generations)
         ]
 
-    def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
+    def validation_rollout(
+        self, examples: list[Example], engine: RolloutEngine, params: SamplingParams
+    ) -> list[Trajectory]:
         """One trajectory per example for validation / test (default: :meth:`rollout`, G = 1).
 
         Environments whose inference differs from a training step (R2AG expands whole trees and

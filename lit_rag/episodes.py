@@ -192,8 +192,9 @@ def start_episodes(examples: list[Example], prompts) -> list[Episode]:
     ``r // group_size``'s prompt (and the example as that prompt shows it: references left out
     to fit the context), rows of one group next to each other."""
     return [
-        Episode(prompts.example(group, examples), group, list(prompts.ids[group]),
-                prompts.texts[group])
+        Episode(
+            prompts.example(group, examples), group, list(prompts.ids[group]), prompts.texts[group]
+        )
         for group in prompts.groups
     ]
 
@@ -210,7 +211,9 @@ class EpisodeLoop:
         retriever: What :class:`Search` requests query (None: no handler may search).
     """
 
-    def __init__(self, engine: RolloutEngine, params: SamplingParams, retriever: Any = None) -> None:
+    def __init__(
+        self, engine: RolloutEngine, params: SamplingParams, retriever: Any = None
+    ) -> None:
         self.engine, self.params, self.retriever = engine, params, retriever
         self.tokenizer = engine.tokenizer
         #: the engine's context window: a segment never asks for more than it leaves
@@ -259,10 +262,14 @@ class EpisodeLoop:
         """Run the handler of ``e.state`` on ``result`` and act on the request it returns."""
         handler = self._handlers.get(e.state)
         if handler is None:
-            raise KeyError(f"episode state {e.state!r} has no handler; handlers: {', '.join(self._handlers)}")
+            raise KeyError(
+                f"episode state {e.state!r} has no handler; handlers: {', '.join(self._handlers)}"
+            )
         request = handler(self, e, result)
         if request is not None and e.done:
-            raise ValueError(f"a handler ended its episode ({e.stop_reason!r}) and returned {request!r}")
+            raise ValueError(
+                f"a handler ended its episode ({e.stop_reason!r}) and returned {request!r}"
+            )
         if request is None:
             e.state = DONE
         elif isinstance(request, Generate):
@@ -274,7 +281,9 @@ class EpisodeLoop:
             e.state = request.state
             self._searches.append((e, request))
         else:
-            raise TypeError(f"handler of state {e.state!r} returned {request!r}; expected Generate, Search or None")
+            raise TypeError(
+                f"handler of state {e.state!r} returned {request!r}; expected Generate, Search or None"
+            )
         started, self._started = self._started, []
         for other in started:  # episodes the handler started (``start``)
             self._dispatch(other, None)
@@ -287,7 +296,10 @@ class EpisodeLoop:
             InputError: The episode's first prompt does not fit with its budget (one line
                 naming the example and the lengths).
         """
-        if self.window is None or len(request.prompt) + request.params.max_new_tokens <= self.window:
+        if (
+            self.window is None
+            or len(request.prompt) + request.params.max_new_tokens <= self.window
+        ):
             return request
         if not e.turns and not e.ids:  # the first prompt: nothing of the episode can go
             raise InputError(

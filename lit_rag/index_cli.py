@@ -23,46 +23,81 @@ from lit_rag import registry
 from lit_rag.errors import InputError
 from lit_rag.retrieval.base import IndexedRetriever, Retriever, check_search_args, open_index
 
-_ENCODER_HELP = ("dense and hybrid indexes: the encoder the index was built with (default: the "
-                 "bundled all-MiniLM-L6-v2)")
+_ENCODER_HELP = (
+    "dense and hybrid indexes: the encoder the index was built with (default: the "
+    "bundled all-MiniLM-L6-v2)"
+)
 _BUILD_EPILOG = """\
 retriever options: every parameter of the retriever's constructor, as a recipe's init_args,
   e.g. --k1 1.2 --b 0.75 --stemmer null (bm25), --encoder PATH --faiss-index hnsw
   --query-prefix "query: " (dense); a hybrid passes each to itself (--k, --depth) and to
   the fused retrievers that name it. An unknown option lists the retriever's own.
 """
-_TRUST_HELP = ("load the encoder path the index's manifest records (an index is data: its "
-               "model path is not followed unless you allow it)")
+_TRUST_HELP = (
+    "load the encoder path the index's manifest records (an index is data: its "
+    "model path is not followed unless you allow it)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-rag index", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser(
-        "build", help="index a corpus", epilog=_BUILD_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    build.add_argument("--corpus", required=True, help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)")
+        "build",
+        help="index a corpus",
+        epilog=_BUILD_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument(
+        "--corpus",
+        required=True,
+        help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)",
+    )
     build.add_argument("--format", default="auto", help="corpus format (default: auto)")
-    build.add_argument("--retriever", default="bm25", help="registered retriever: bm25, dense, hybrid, ... (see lit-rag plugins)")
+    build.add_argument(
+        "--retriever",
+        default="bm25",
+        help="registered retriever: bm25, dense, hybrid, ... (see lit-rag plugins)",
+    )
     build.add_argument("--out", required=True, help="index folder to write")
-    build.add_argument("--retrievers", default="bm25,dense",
-                       help="hybrid: the registered retrievers it fuses (default: bm25,dense)")
+    build.add_argument(
+        "--retrievers",
+        default="bm25,dense",
+        help="hybrid: the registered retrievers it fuses (default: bm25,dense)",
+    )
     search = sub.add_parser("search", help="query an index")
     search.add_argument("index")
     search.add_argument("query", nargs="+")
     search.add_argument("-k", type=int, default=5)
-    evaluate = sub.add_parser("eval", help="Recall@k, Full-Recall@k and mAP on a QA file with gold passages")
+    evaluate = sub.add_parser(
+        "eval", help="Recall@k, Full-Recall@k and mAP on a QA file with gold passages"
+    )
     evaluate.add_argument("index")
     evaluate.add_argument("--data", required=True)
     evaluate.add_argument("--format", default="auto")
     evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
     evaluate.add_argument("--batch-size", type=int, default=64)
-    serve = sub.add_parser("serve", help="serve an index over HTTP with Search-R1's API (POST /retrieve)")
+    serve = sub.add_parser(
+        "serve", help="serve an index over HTTP with Search-R1's API (POST /retrieve)"
+    )
     serve.add_argument("index")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
-    serve.add_argument("--topk", type=int, default=3, help="passages per query when a request gives no topk (default: 3)")
-    serve.add_argument("--max-queries", type=int, default=4096, help="most queries one request may hold")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only)",
+    )
+    serve.add_argument(
+        "--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)"
+    )
+    serve.add_argument(
+        "--topk",
+        type=int,
+        default=3,
+        help="passages per query when a request gives no topk (default: 3)",
+    )
+    serve.add_argument(
+        "--max-queries", type=int, default=4096, help="most queries one request may hold"
+    )
     for command in (search, evaluate, serve):
         command.add_argument("--encoder", default=None, help=_ENCODER_HELP)
         command.add_argument("--trust-manifest-encoder", action="store_true", help=_TRUST_HELP)
@@ -71,15 +106,46 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_import(sub: argparse._SubParsersAction) -> None:
-    imp = sub.add_parser("import", help="a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index (no re-encoding)")
-    imp.add_argument("--faiss", required=True, help="the faiss index file, e.g. e5_Flat.index (inner product: flat, HNSW or IVF)")
-    imp.add_argument("--corpus", required=True, help="the FlashRAG corpus JSONL it was built from, faiss row i = line i, e.g. wiki-18.jsonl")
-    imp.add_argument("--encoder", required=True, help="the encoder it was built with: hub id (intfloat/e5-base-v2) or local path; recorded, not loaded")
+    imp = sub.add_parser(
+        "import",
+        help="a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index (no re-encoding)",
+    )
+    imp.add_argument(
+        "--faiss",
+        required=True,
+        help="the faiss index file, e.g. e5_Flat.index (inner product: flat, HNSW or IVF)",
+    )
+    imp.add_argument(
+        "--corpus",
+        required=True,
+        help="the FlashRAG corpus JSONL it was built from, faiss row i = line i, e.g. wiki-18.jsonl",
+    )
+    imp.add_argument(
+        "--encoder",
+        required=True,
+        help="the encoder it was built with: hub id (intfloat/e5-base-v2) or local path; recorded, not loaded",
+    )
     imp.add_argument("--out", required=True, help="index folder to write")
-    imp.add_argument("--query-prefix", default=None, help='prepended to queries (default from the encoder name, as Search-R1: e5 "query: ", bge its instruction)')
-    imp.add_argument("--passage-prefix", default=None, help='the passages were encoded with (recorded; default: e5 "passage: ")')
-    imp.add_argument("--pooling", default=None, help="mean, cls or max (default from the encoder name: bge cls, else mean)")
-    imp.add_argument("--link", action="store_true", help="hard-link the faiss file instead of copying it, where the file system allows")
+    imp.add_argument(
+        "--query-prefix",
+        default=None,
+        help='prepended to queries (default from the encoder name, as Search-R1: e5 "query: ", bge its instruction)',
+    )
+    imp.add_argument(
+        "--passage-prefix",
+        default=None,
+        help='the passages were encoded with (recorded; default: e5 "passage: ")',
+    )
+    imp.add_argument(
+        "--pooling",
+        default=None,
+        help="mean, cls or max (default from the encoder name: bge cls, else mean)",
+    )
+    imp.add_argument(
+        "--link",
+        action="store_true",
+        help="hard-link the faiss file instead of copying it, where the file system allows",
+    )
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -100,8 +166,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
 #: constructor parameters that are not build options: ``index build`` names the folder and
 #: the corpus itself; the others belong to opening an index, or to fusing (``--retrievers``)
-_NOT_OPTIONS = frozenset({"self", "index", "corpus", "expected_corpus", "retrievers",
-                          "trust_manifest_encoder"})
+_NOT_OPTIONS = frozenset(
+    {"self", "index", "corpus", "expected_corpus", "retrievers", "trust_manifest_encoder"}
+)
 
 
 def _retriever_class(kind: str) -> type[IndexedRetriever]:
@@ -110,9 +177,11 @@ def _retriever_class(kind: str) -> type[IndexedRetriever]:
     cls = registry.resolve("retriever", kind)
     if not (isinstance(cls, type) and issubclass(cls, Retriever) and cls.builds_index):
         building = [name for name in registry.available("retriever") if _builds(name)]
-        raise InputError(f"--retriever {kind}: builds no index of its own (it searches a "
-                         f"service or another index); retrievers that build one: "
-                         f"{', '.join(building)}")
+        raise InputError(
+            f"--retriever {kind}: builds no index of its own (it searches a "
+            f"service or another index); retrievers that build one: "
+            f"{', '.join(building)}"
+        )
     return cls
 
 
@@ -127,8 +196,11 @@ def _builds(name: str) -> bool:
 def build_options(cls: type) -> list[str]:
     """The ``index build`` options of a retriever: its constructor's parameters."""
     params = inspect.signature(cls.__init__).parameters.values()
-    return [p.name for p in params if p.name not in _NOT_OPTIONS
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        p.name
+        for p in params
+        if p.name not in _NOT_OPTIONS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def _split_options(extra: list[str]) -> dict[str, str]:
@@ -138,8 +210,9 @@ def _split_options(extra: list[str]) -> dict[str, str]:
     while i < len(extra):
         word = extra[i]
         if not word.startswith("--") or len(word) < 3:
-            raise InputError(f"index build: unexpected argument {word!r}; retriever options are "
-                             "--NAME VALUE")
+            raise InputError(
+                f"index build: unexpected argument {word!r}; retriever options are --NAME VALUE"
+            )
         name, eq, value = word[2:].partition("=")
         if not eq:
             if i + 1 >= len(extra):
@@ -158,8 +231,9 @@ def _construct(cls: type, options: dict[str, str], **fixed: object) -> IndexedRe
 
     names = [n for n in build_options(cls) if n in options]
     parser = jsonargparse.ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls, skip=set(inspect.signature(cls.__init__).parameters)
-                               - set(names))
+    parser.add_class_arguments(
+        cls, skip=set(inspect.signature(cls.__init__).parameters) - set(names)
+    )
     try:
         parsed = parser.parse_args([f"--{n}={options[n]}" for n in names])
     except argparse.ArgumentError as err:
@@ -182,17 +256,20 @@ def _new_retriever(args: argparse.Namespace, extra: list[str]) -> IndexedRetriev
     known = {name for c in classes for name in build_options(c)}
     unknown = [name for name in options if name not in known]
     if unknown:
-        raise InputError(f"index build --retriever {args.retriever}: unknown option "
-                         f"--{unknown[0].replace('_', '-')}; its options: "
-                         f"{', '.join('--' + n.replace('_', '-') for n in sorted(known))}")
+        raise InputError(
+            f"index build --retriever {args.retriever}: unknown option "
+            f"--{unknown[0].replace('_', '-')}; its options: "
+            f"{', '.join('--' + n.replace('_', '-') for n in sorted(known))}"
+        )
     if len(classes) == 1:
         return _construct(cls, options)
     children = [_construct(child, options) for child in classes[1:]]
     return _construct(cls, options, retrievers=children)
 
 
-def load_index(path: str, encoder: str | None = None,
-               trust_manifest_encoder: bool = False) -> Retriever:
+def load_index(
+    path: str, encoder: str | None = None, trust_manifest_encoder: bool = False
+) -> Retriever:
     """Open an index folder with the registered retriever its manifest names.
 
     Args:
@@ -215,7 +292,9 @@ def build(args: argparse.Namespace, extra: list[str]) -> None:
         started = time.perf_counter()
         retriever.build(passages)
         retriever.save(folder)
-    print(f"indexed {len(passages)} passages with {args.retriever} in {time.perf_counter() - started:.1f} s -> {args.out}")
+    print(
+        f"indexed {len(passages)} passages with {args.retriever} in {time.perf_counter() - started:.1f} s -> {args.out}"
+    )
 
 
 def search(args: argparse.Namespace) -> None:
@@ -243,7 +322,9 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     examples = [ex for ex in read_examples(args.data, args.format) if ex.gold_ids]
     if not examples:
-        raise InputError(f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids")
+        raise InputError(
+            f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids"
+        )
     retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
     depth = max(args.k)
     metrics = {f"recall@{k}": RecallAtK(k) for k in args.k}
@@ -252,7 +333,10 @@ def evaluate(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     for i in range(0, len(examples), args.batch_size):
         batch = examples[i : i + args.batch_size]
-        ranked = [[h.passage.id for h in hits] for hits in retriever.search([ex.question for ex in batch], depth)]
+        ranked = [
+            [h.passage.id for h in hits]
+            for hits in retriever.search([ex.question for ex in batch], depth)
+        ]
         for metric in metrics.values():
             metric.update(ranked, [pooled_gold_ids(ex) for ex in batch])  # ids as in pooled corpora
     seconds = time.perf_counter() - started
@@ -268,8 +352,14 @@ def serve(args: argparse.Namespace) -> None:
 
     bind(args.host, args.port).close()  # a taken port fails before the index loads
     retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
-    serve(retriever, args.host, args.port, topk=args.topk, max_queries=args.max_queries,
-          name=args.index)
+    serve(
+        retriever,
+        args.host,
+        args.port,
+        topk=args.topk,
+        max_queries=args.max_queries,
+        name=args.index,
+    )
 
 
 def import_index(args: argparse.Namespace) -> None:
@@ -277,15 +367,24 @@ def import_index(args: argparse.Namespace) -> None:
     from lit_rag.retrieval.manifest import Manifest
 
     started = time.perf_counter()
-    out = import_dense_index(args.faiss, args.corpus, args.encoder, args.out,
-                             query_prefix=args.query_prefix, passage_prefix=args.passage_prefix,
-                             pooling=args.pooling, link=args.link)
+    out = import_dense_index(
+        args.faiss,
+        args.corpus,
+        args.encoder,
+        args.out,
+        query_prefix=args.query_prefix,
+        passage_prefix=args.passage_prefix,
+        pooling=args.pooling,
+        link=args.link,
+    )
     manifest = Manifest.read(out)
     s = manifest.settings
-    print(f"imported {manifest.passage_count} passages (dim {s['dim']}, {s['faiss_index']} "
-          f"{s['faiss_class']}, pooling {s['pooling']}, query prefix {s['query_prefix']!r}), "
-          f"index.faiss as a {s['imported_from']['index_file']}, in "
-          f"{time.perf_counter() - started:.1f} s -> {args.out}")
+    print(
+        f"imported {manifest.passage_count} passages (dim {s['dim']}, {s['faiss_index']} "
+        f"{s['faiss_class']}, pooling {s['pooling']}, query prefix {s['query_prefix']!r}), "
+        f"index.faiss as a {s['imported_from']['index_file']}, in "
+        f"{time.perf_counter() - started:.1f} s -> {args.out}"
+    )
 
 
 def main(argv: list[str]) -> None:

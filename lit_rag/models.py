@@ -14,7 +14,7 @@ from pathlib import Path
 def resolve_path(path: str) -> Path | str:
     """Expand ``pkg://`` and ``~``; return a local Path, or the string for a hub id."""
     if path.startswith("pkg://"):
-        package, _, rel = path[len("pkg://"):].partition("/")
+        package, _, rel = path[len("pkg://") :].partition("/")
         spec = importlib.util.find_spec(package)  # does not import the package
         if spec is None or spec.origin is None:
             raise FileNotFoundError(
@@ -32,7 +32,6 @@ def resolve_path(path: str) -> Path | str:
         f"model path '{path}' does not exist; give a local folder with config.json, "
         "a .gguf file, pkg://<package>/<file>, or a hub id (org/name)"
     )
-
 
 
 def has_adapters(model: object) -> bool:

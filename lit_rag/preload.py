@@ -42,7 +42,9 @@ def tcmalloc_path() -> str | None:
     return next((path for path in TCMALLOC if Path(path).is_file()), None)
 
 
-def preloaded_command(argv: list[str], environ: dict[str, str]) -> tuple[list[str], dict[str, str]] | None:
+def preloaded_command(
+    argv: list[str], environ: dict[str, str]
+) -> tuple[list[str], dict[str, str]] | None:
     """The command line and environment to re-execute with tcmalloc preloaded, or ``None``
     when there is nothing to do (not a trainer command, switched off, already preloaded, no
     library, not Linux, or ``argv[0]`` is not a script file to re-run)."""

@@ -103,7 +103,9 @@ def available(kind: str) -> dict[str, PluginInfo]:
                 f"{kind} plugin '{name}' is registered twice: by package '{found[name].package}' "
                 f"({found[name].target}) and in this process ({target}); pick another name"
             )
-        found[name] = PluginInfo(kind=kind, name=name, target=target, package="<this process>", version="")
+        found[name] = PluginInfo(
+            kind=kind, name=name, target=target, package="<this process>", version=""
+        )
     return dict(sorted(found.items()))
 
 
@@ -112,7 +114,9 @@ def register(kind: str, name: str, obj: object) -> None:
     register through entry points. A name already taken is an error."""
     _check_kind(kind)
     if name in available(kind):
-        raise PluginError(f"{kind} plugin '{name}' is already registered ({available(kind)[name].target})")
+        raise PluginError(
+            f"{kind} plugin '{name}' is already registered ({available(kind)[name].target})"
+        )
     _LOCAL[kind][name] = obj
     clear_cache()
 
@@ -166,7 +170,9 @@ def resolve(kind: str, name: str) -> type:
         try:
             return getattr(importlib.import_module(module_name), attr)
         except Exception as exc:  # whatever the module raised, name the path the user gave
-            raise PluginError(f"{kind} '{name}' could not be imported: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(
+                f"{kind} '{name}' could not be imported: {type(exc).__name__}: {exc}"
+            ) from exc
     return load(kind, name)  # raises with the list of installed names
 
 

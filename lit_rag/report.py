@@ -99,20 +99,25 @@ def find_run(run_dir: Path) -> tuple[Path, str]:
     if not run_dir.exists():
         raise InputError(f"run folder {run_dir} does not exist")
     if not run_dir.is_dir():
-        raise InputError(f"{run_dir} is not a folder: give a run's log folder "
-                         f"(e.g. runs/quickstart/version_0) or its parent")
+        raise InputError(
+            f"{run_dir} is not a folder: give a run's log folder "
+            f"(e.g. runs/quickstart/version_0) or its parent"
+        )
     if (run_dir / "metrics.csv").is_file() or any(run_dir.glob(_EVENTS_GLOB)):
         return run_dir, ""
     versions = sorted(
-        (int(m.group(1)), p) for p in run_dir.iterdir()
+        (int(m.group(1)), p)
+        for p in run_dir.iterdir()
         if p.is_dir() and (m := re.fullmatch(r"version_(\d+)", p.name))
     )
     for test in (lambda p: (p / "metrics.csv").is_file(), _has_events):
         found = [p for _, p in versions if test(p)]
         if found:
             return found[-1], f"reading {found[-1]} (the newest of {len(versions)} version folders)"
-    raise InputError(f"no metrics in {run_dir}: expected metrics.csv (CSVLogger) or "
-                     f"{_EVENTS_GLOB} (TensorBoardLogger) in it or in a version_N folder inside it")
+    raise InputError(
+        f"no metrics in {run_dir}: expected metrics.csv (CSVLogger) or "
+        f"{_EVENTS_GLOB} (TensorBoardLogger) in it or in a version_N folder inside it"
+    )
 
 
 def _number(cell: str | None) -> float | None:
@@ -167,8 +172,10 @@ def read_tensorboard(folder: Path) -> Series:
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
-        raise InputError(f"{folder} holds TensorBoard event files and no metrics.csv; reading them "
-                         f"needs tensorboard (pip install tensorboard)") from None
+        raise InputError(
+            f"{folder} holds TensorBoard event files and no metrics.csv; reading them "
+            f"needs tensorboard (pip install tensorboard)"
+        ) from None
     series: Series = {}
     for file in sorted(folder.rglob(_EVENTS_GLOB)):
         events = EventAccumulator(str(file), size_guidance={"scalars": 0})  # 0: keep every point
@@ -201,7 +208,11 @@ def read_rollouts(path: Path) -> tuple[list[dict], int]:
             except ValueError:
                 skipped += 1
                 continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
+            if (
+                isinstance(row, dict)
+                and isinstance(row.get("step"), int)
+                and not isinstance(row["step"], bool)
+            ):
                 rows.append(row)
             else:
                 skipped += 1
@@ -254,7 +265,7 @@ def plot_group(title: str, series: Series, path: Path) -> None:
     steps = {x for points in series.values() for x, _ in points}
     if len(steps) == 1:  # one validation: the point mid-axis, integer ticks around it
         axes[0].set_xlim(min(steps) - 1, min(steps) + 1)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[-cols:]:
         ax.set_xlabel("step")
@@ -298,19 +309,24 @@ def _segments(row: dict) -> list[tuple[str, bool]]:
     """``(text, inserted)`` pieces of a row's completion: its ``segments`` when the logger wrote
     them, else ``<information>...</information>`` blocks of the text marked as inserted."""
     segments = row.get("segments")
-    if isinstance(segments, list) and segments and all(
-            isinstance(s, dict) and isinstance(s.get("text"), str) for s in segments):
+    if (
+        isinstance(segments, list)
+        and segments
+        and all(isinstance(s, dict) and isinstance(s.get("text"), str) for s in segments)
+    ):
         return [(s["text"], bool(s.get("inserted"))) for s in segments]
     text, pieces, start = str(row.get("completion", "")), [], 0
     for match in _INFORMATION.finditer(text):
-        pieces += [(text[start:match.start()], False), (match.group(0), True)]
+        pieces += [(text[start : match.start()], False), (match.group(0), True)]
         start = match.end()
     return [(t, inserted) for t, inserted in pieces + [(text[start:], False)] if t]
 
 
 def _completion_html(row: dict) -> str:
-    parts = [f'<span class="inserted">{_e(t)}</span>' if inserted else _e(t)
-             for t, inserted in _segments(row)]
+    parts = [
+        f'<span class="inserted">{_e(t)}</span>' if inserted else _e(t)
+        for t, inserted in _segments(row)
+    ]
     return f'<div class="completion">{"".join(parts)}</div>'
 
 
@@ -319,23 +335,34 @@ def _rollout_html(row: dict) -> str:
     components = row.get("components") if isinstance(row.get("components"), dict) else {}
     heads = ["example", "group", "reward", *components, "truncated"]
     truncated = bool(row.get("truncated"))
-    cells = [_e(row.get("example_id", "")), _e(row.get("group", "")), _fmt(row.get("reward", "")),
-             *(_fmt(v) for v in components.values()),
-             '<span class="truncated">yes</span>' if truncated else "no"]
+    cells = [
+        _e(row.get("example_id", "")),
+        _e(row.get("group", "")),
+        _fmt(row.get("reward", "")),
+        *(_fmt(v) for v in components.values()),
+        '<span class="truncated">yes</span>' if truncated else "no",
+    ]
     answers = row.get("answers")
     answers = ", ".join(map(str, answers)) if isinstance(answers, list) else str(answers or "")
-    out = ['<div class="rollout"><table>',
-           "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>",
-           "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr></table>",
-           f"<p><b>answers:</b> {_e(answers)}</p>"]
+    out = [
+        '<div class="rollout"><table>',
+        "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr>",
+        "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr></table>",
+        f"<p><b>answers:</b> {_e(answers)}</p>",
+    ]
     steps = row.get("steps")
     if isinstance(steps, list) and steps:
-        actions = [f"{s.get('action', '?')}" + (f": {s['query']}" if s.get("query") else "")
-                   for s in steps if isinstance(s, dict)]
+        actions = [
+            f"{s.get('action', '?')}" + (f": {s['query']}" if s.get("query") else "")
+            for s in steps
+            if isinstance(s, dict)
+        ]
         out.append(f"<p><b>actions:</b> {_e(' | '.join(actions))}</p>")
     if isinstance(row.get("prompt"), str):
-        out.append(f'<details><summary>prompt</summary><div class="completion">{_e(row["prompt"])}'
-                   f"</div></details>")
+        out.append(
+            f'<details><summary>prompt</summary><div class="completion">{_e(row["prompt"])}'
+            f"</div></details>"
+        )
     out += [_completion_html(row), "</div>"]
     return "\n".join(out)
 
@@ -356,8 +383,10 @@ def _rollouts_html(rows: list[dict], limit: int, notes: list[str]) -> list[str]:
     shown = _pick_steps(sorted(by_step), limit)
     out = ["<h2>Sample rollouts</h2>"]
     if len(shown) < len(by_step):
-        note = (f"showing {len(shown)} of {len(by_step)} steps, evenly spaced "
-                f"(--rollout-steps 0 shows all)")
+        note = (
+            f"showing {len(shown)} of {len(by_step)} steps, evenly spaced "
+            f"(--rollout-steps 0 shows all)"
+        )
         notes.append(note)
         out.append(f'<p class="note">{_e(note)}</p>')
     for step in shown:
@@ -367,8 +396,14 @@ def _rollouts_html(rows: list[dict], limit: int, notes: list[str]) -> list[str]:
     return out
 
 
-def render_html(run: Path, source: str, plots: list[tuple[str, str]], rows: list[dict] | None,
-                limit: int, notes: list[str]) -> str:
+def render_html(
+    run: Path,
+    source: str,
+    plots: list[tuple[str, str]],
+    rows: list[dict] | None,
+    limit: int,
+    notes: list[str],
+) -> str:
     """The report page.
 
     Args:
@@ -379,16 +414,25 @@ def render_html(run: Path, source: str, plots: list[tuple[str, str]], rows: list
         limit: Most steps of rollouts shown (0: all).
         notes: Summary lines (also shown on the page); a note about skipped steps is added.
     """
-    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>lit-rag report: {_e(run)}</title><style>{_STYLE}</style></head><body>",
-           f"<h1>lit-rag report: {_e(run)}</h1>", f'<p class="note">metrics from {_e(source)}</p>',
-           "<h2>Training curves</h2>"]
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>lit-rag report: {_e(run)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>lit-rag report: {_e(run)}</h1>",
+        f'<p class="note">metrics from {_e(source)}</p>',
+        "<h2>Training curves</h2>",
+    ]
     images = [f'<img src="{_e(name)}" alt="{_e(title)}">' for name, title in plots]
-    out.append(f'<div class="plots">{"".join(images)}</div>' if images
-               else '<p class="note">no metrics to plot</p>')
+    out.append(
+        f'<div class="plots">{"".join(images)}</div>'
+        if images
+        else '<p class="note">no metrics to plot</p>'
+    )
     if rows is None:
-        out.append('<h2>Sample rollouts</h2><p class="note">no rollouts.jsonl in this run (add '
-                   "lit_rag.callbacks.RolloutSampleLogger to the recipe's trainer.callbacks)</p>")
+        out.append(
+            '<h2>Sample rollouts</h2><p class="note">no rollouts.jsonl in this run (add '
+            "lit_rag.callbacks.RolloutSampleLogger to the recipe's trainer.callbacks)</p>"
+        )
     else:
         out += _rollouts_html(rows, limit, notes)
     out += [f'<p class="note">{_e(n)}</p>' for n in notes if not n.startswith("showing ")]
@@ -408,7 +452,9 @@ def _output_folder(run: Path, out: str | Path | None) -> Path:
     return folder
 
 
-def build_report(run_dir: str | Path, out: str | Path | None = None, rollout_steps: int = 100) -> Report:
+def build_report(
+    run_dir: str | Path, out: str | Path | None = None, rollout_steps: int = 100
+) -> Report:
     """Read a run folder and write its plots and ``index.html``.
 
     Args:
@@ -442,7 +488,9 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, rollout_ste
         report.notes.append(f"{rollouts}: skipped {skipped} malformed line(s)")
     if not rollouts.is_file():
         report.notes.append(f"no rollouts.jsonl in {run}: the page has plots only")
-    page = render_html(run, source, plots, rows if rollouts.is_file() else None, rollout_steps, report.notes)
+    page = render_html(
+        run, source, plots, rows if rollouts.is_file() else None, rollout_steps, report.notes
+    )
     index = report.out / "index.html"
     index.write_text(page, encoding="utf-8")
     report.files.append(index)
@@ -466,8 +514,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are :class:`InputError` (one line from ``lit-rag``)."""
 
     def error(self, message: str):
-        raise InputError(f"report: {message} (usage: lit-rag report RUN_DIR [--out DIR] "
-                         f"[--rollout-steps N])")
+        raise InputError(
+            f"report: {message} (usage: lit-rag report RUN_DIR [--out DIR] [--rollout-steps N])"
+        )
 
 
 def main(argv: list[str]) -> None:
@@ -475,8 +524,12 @@ def main(argv: list[str]) -> None:
     parser = _Parser(prog="lit-rag report", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="a run's log folder (runs/NAME/version_N) or its parent")
     parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report)")
-    parser.add_argument("--rollout-steps", type=int, default=100,
-                        help="most steps whose sampled rollouts the page shows (default 100; 0: all)")
+    parser.add_argument(
+        "--rollout-steps",
+        type=int,
+        default=100,
+        help="most steps whose sampled rollouts the page shows (default 100; 0: all)",
+    )
     args = parser.parse_args(argv)
     if args.rollout_steps < 0:
         raise InputError(f"--rollout-steps: got {args.rollout_steps}; expected an integer >= 0")

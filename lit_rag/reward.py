@@ -96,8 +96,13 @@ class FunctionReward(Reward):
         name: Component name of a function returning a list (default: the function's name).
     """
 
-    def __init__(self, function: Callable | str, kwargs: dict | None = None,
-                 weights: dict[str, float] | None = None, name: str | None = None) -> None:
+    def __init__(
+        self,
+        function: Callable | str,
+        kwargs: dict | None = None,
+        weights: dict[str, float] | None = None,
+        name: str | None = None,
+    ) -> None:
         if isinstance(function, str):
             from lit_rag import registry
 
@@ -116,20 +121,30 @@ class FunctionReward(Reward):
         unknown = sorted(set(self.kwargs) - set(named) - {"trajectories"}) if not takes_any else []
         if unknown or "trajectories" in self.kwargs:
             allowed = ", ".join(n for n in named if n != "trajectories") or "none"
-            raise InputError(f"reward '{label}' got unknown argument(s) {unknown or ['trajectories']}; it takes: {allowed}")
+            raise InputError(
+                f"reward '{label}' got unknown argument(s) {unknown or ['trajectories']}; it takes: {allowed}"
+            )
         self.weights = dict(weights or {})
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Call the function on the completions' texts and examples; check what it returns."""
         extra = {"trajectories": trajectories} if self.wants_trajectories else {}
-        out = self.function([t.text for t in trajectories], [t.example for t in trajectories],
-                            **self.kwargs, **extra)
+        out = self.function(
+            [t.text for t in trajectories],
+            [t.example for t in trajectories],
+            **self.kwargs,
+            **extra,
+        )
         named = out if isinstance(out, dict) else {self.name: out}
-        components = {key: self._values(key, values, len(trajectories)) for key, values in named.items()}
+        components = {
+            key: self._values(key, values, len(trajectories)) for key, values in named.items()
+        }
         unknown = sorted(set(self.weights) - set(components))
         if unknown:
-            raise InputError(f"reward '{self.label}' weights name unknown component(s) {unknown}; "
-                             f"it returns: {', '.join(components)}")
+            raise InputError(
+                f"reward '{self.label}' weights name unknown component(s) {unknown}; "
+                f"it returns: {', '.join(components)}"
+            )
         total = torch.zeros(len(trajectories))
         for key, values in components.items():
             total = total + self.weights.get(key, 1.0) * values
@@ -145,13 +160,19 @@ class FunctionReward(Reward):
         try:
             numbers = [float(v) for v in values]  # type: ignore[union-attr]
         except (TypeError, ValueError) as exc:
-            raise InputError(f"reward '{self.label}' must return a list of numbers (or a dict of such "
-                             f"lists); component '{key}' gave {type(values).__name__}: {exc}") from exc
+            raise InputError(
+                f"reward '{self.label}' must return a list of numbers (or a dict of such "
+                f"lists); component '{key}' gave {type(values).__name__}: {exc}"
+            ) from exc
         if len(numbers) != n:
-            raise InputError(f"reward '{self.label}' returned {len(numbers)} value(s) for component '{key}'; "
-                             f"expected one per completion ({n})")
+            raise InputError(
+                f"reward '{self.label}' returned {len(numbers)} value(s) for component '{key}'; "
+                f"expected one per completion ({n})"
+            )
         if not all(math.isfinite(v) for v in numbers):
-            raise InputError(f"reward '{self.label}' returned a NaN or infinite value for component '{key}'")
+            raise InputError(
+                f"reward '{self.label}' returned a NaN or infinite value for component '{key}'"
+            )
         return torch.tensor(numbers, dtype=torch.float32)  # [n]
 
 
@@ -162,14 +183,21 @@ def function_reward_class(name: str, function: Callable) -> type[FunctionReward]
     are checked against the function's own parameters, and ``--help`` lists them."""
     try:
         hints = typing.get_type_hints(function)
-    except (NameError, TypeError, AttributeError):  # an annotation naming something unimportable: keep the strings
+    except (
+        NameError,
+        TypeError,
+        AttributeError,
+    ):  # an annotation naming something unimportable: keep the strings
         hints = {}
     keep = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
-              for p in list(inspect.signature(function).parameters.values())[2:]
-              if p.kind in keep and p.name not in ("trajectories", "weights")]
-    weights = inspect.Parameter("weights", inspect.Parameter.KEYWORD_ONLY, default=None,
-                                annotation=dict[str, float] | None)
+    params = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
+        for p in list(inspect.signature(function).parameters.values())[2:]
+        if p.kind in keep and p.name not in ("trajectories", "weights")
+    ]
+    weights = inspect.Parameter(
+        "weights", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=dict[str, float] | None
+    )
 
     def __init__(self, **kwargs) -> None:  # the generated class's constructor
         component_weights = kwargs.pop("weights", None)
@@ -178,6 +206,15 @@ def function_reward_class(name: str, function: Callable) -> type[FunctionReward]
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     __init__.__signature__ = inspect.Signature([self_param, *params, weights])  # type: ignore[attr-defined]
     doc = (inspect.getdoc(function) or f"The reward function '{name}'.") + (
-        "\n\nArgs:\n    weights: Component -> weight when the function returns named components.")
-    return type(name, (FunctionReward,), {"__init__": __init__, "__doc__": doc,
-                                          "__module__": "lit_rag.reward_functions", "__qualname__": name})
+        "\n\nArgs:\n    weights: Component -> weight when the function returns named components."
+    )
+    return type(
+        name,
+        (FunctionReward,),
+        {
+            "__init__": __init__,
+            "__doc__": doc,
+            "__module__": "lit_rag.reward_functions",
+            "__qualname__": name,
+        },
+    )

@@ -39,8 +39,14 @@ class ScriptedPolicy(RolloutEngine):
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             finished = len(ids) <= params.max_new_tokens
             ids = ids[: params.max_new_tokens]
-            out.append(Generation(torch.tensor(ids, dtype=torch.long), torch.full((len(ids),), -0.25),
-                                  self.tokenizer.decode(ids), finished))
+            out.append(
+                Generation(
+                    torch.tensor(ids, dtype=torch.long),
+                    torch.full((len(ids),), -0.25),
+                    self.tokenizer.decode(ids),
+                    finished,
+                )
+            )
         return out
 
 
@@ -65,8 +71,10 @@ def shared_data_dir() -> Path:
         return path
     if os.environ.get("CI"):
         raise RuntimeError(f"CI runs with ../shared beside the clone, but {path} is absent")
-    pytest.skip("../shared/data is absent (it ships beside the repo, not in it): tests on real "
-                "samples skipped")
+    pytest.skip(
+        "../shared/data is absent (it ships beside the repo, not in it): tests on real "
+        "samples skipped"
+    )
 
 
 def pretend_cuda(devices: int = 1):
@@ -81,8 +89,12 @@ def pretend_cuda(devices: int = 1):
     stack = contextlib.ExitStack()
     stack.enter_context(mock.patch("torch.cuda.is_available", lambda: True))
     stack.enter_context(mock.patch("torch.cuda.device_count", lambda: devices))
-    stack.enter_context(mock.patch("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: devices))
-    stack.enter_context(mock.patch.object(CUDAAccelerator, "is_available", staticmethod(lambda: True)))
+    stack.enter_context(
+        mock.patch("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: devices)
+    )
+    stack.enter_context(
+        mock.patch.object(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    )
     return stack
 
 
@@ -97,10 +109,14 @@ class EvenTokenReward(Reward):
     def __call__(self, trajectories):
         from lit_rag.types import RewardBreakdown
 
-        total = torch.tensor([
-            float((t.completion_ids[t.loss_mask > 0] % 2 == 0).float().mean()) if t.num_generated else 0.0
-            for t in trajectories
-        ])
+        total = torch.tensor(
+            [
+                float((t.completion_ids[t.loss_mask > 0] % 2 == 0).float().mean())
+                if t.num_generated
+                else 0.0
+                for t in trajectories
+            ]
+        )
         return RewardBreakdown(total=total, components={"even": total.clone()})
 
 
@@ -109,9 +125,12 @@ def train_batch(completion_mask: torch.Tensor, **fields) -> TrainBatch:
     (a loss never reads them), engine log-probs 0 unless given."""
     n, width = completion_mask.shape
     fields.setdefault("sampling_logprobs", torch.zeros(n, width))
-    return TrainBatch(input_ids=torch.zeros(n, width + 1, dtype=torch.long),
-                      attention_mask=torch.ones(n, width + 1, dtype=torch.long),
-                      completion_mask=completion_mask, **fields)
+    return TrainBatch(
+        input_ids=torch.zeros(n, width + 1, dtype=torch.long),
+        attention_mask=torch.ones(n, width + 1, dtype=torch.long),
+        completion_mask=completion_mask,
+        **fields,
+    )
 
 
 def token_trajectory(group: int, n_tokens: int, example: object = None) -> object:
@@ -138,8 +157,14 @@ def tiny_bert_folder(folder, words: list[str], max_positions: int = 64) -> str:
     folder.mkdir(exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=4 + len(words), hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=max_positions)
+    config = BertConfig(
+        vocab_size=4 + len(words),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=max_positions,
+    )
     BertModel(config).save_pretrained(folder)
     BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
     return str(folder)
@@ -170,8 +195,10 @@ def one_line_error(args: list[str], capsys) -> str:
     return lines[0]
 
 
-def assert_finite_metrics(rows: list[dict], prefixes: tuple[str, ...] = ("reward/", "train/", "val/", "rollout/",
-                                                                         "time/", "mem/")) -> int:
+def assert_finite_metrics(
+    rows: list[dict],
+    prefixes: tuple[str, ...] = ("reward/", "train/", "val/", "rollout/", "time/", "mem/"),
+) -> int:
     """Every non-empty value of a ``metrics.csv`` whose column starts with one of ``prefixes`` is
     a finite number (no NaN, no inf, nothing unparsable); returns how many were checked."""
     import math
@@ -192,7 +219,9 @@ def start_index_server(args: list[str]) -> tuple[subprocess.Popen, str]:
     """Run ``lit-rag index serve ARGS --port 0``; wait (at most 60 s) for its "serving" line."""
     process = subprocess.Popen(
         [sys.executable, "-m", "lit_rag", "index", "serve", *args, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     deadline = time.monotonic() + 60

@@ -11,6 +11,14 @@ from lit_rag.callbacks.progress import RunProgressBar
 from lit_rag.callbacks.reward_schedule import RewardWeightScheduler
 from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 
-__all__ = ["AlternatingRewardModel", "CurriculumCallback", "KLMonitor", "PreemptionCheckpoint", "ProgressiveForest",
-           "RewardWeightScheduler", "RolloutSampleLogger", "RunHeader",
-           "RunProgressBar"]
+__all__ = [
+    "AlternatingRewardModel",
+    "CurriculumCallback",
+    "KLMonitor",
+    "PreemptionCheckpoint",
+    "ProgressiveForest",
+    "RewardWeightScheduler",
+    "RolloutSampleLogger",
+    "RunHeader",
+    "RunProgressBar",
+]

@@ -55,7 +55,9 @@ class CurriculumCallback(Callback):
         if mode not in ("max", "min"):
             raise ValueError(f"CurriculumCallback mode must be max or min, got '{mode}'")
         if switch_after_steps is None and switch_after_epochs is None and monitor is None:
-            raise ValueError("CurriculumCallback needs switch_after_steps, switch_after_epochs or monitor")
+            raise ValueError(
+                "CurriculumCallback needs switch_after_steps, switch_after_epochs or monitor"
+            )
         self.stages = list(stages)
         self.switch_after_steps, self.switch_after_epochs = switch_after_steps, switch_after_epochs
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
@@ -93,13 +95,19 @@ class CurriculumCallback(Callback):
         self._apply_stage(trainer, pl_module)
 
     def _reload_best(self, trainer, pl_module) -> None:
-        paths = [c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.best_model_path]
+        paths = [
+            c.best_model_path
+            for c in trainer.callbacks
+            if isinstance(c, ModelCheckpoint) and c.best_model_path
+        ]
         if not paths:
             return
         state = torch.load(paths[0], map_location="cpu", weights_only=True)["state_dict"]
         pl_module.load_state_dict(state, strict=False)
         engine = getattr(pl_module, "engine", None)
-        if engine is not None:  # an engine with its own copy (vllm) samples from the reloaded weights
+        if (
+            engine is not None
+        ):  # an engine with its own copy (vllm) samples from the reloaded weights
             engine.sync_weights()
 
     # ---- hooks ------------------------------------------------------------------------------
@@ -108,19 +116,32 @@ class CurriculumCallback(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         pl_module.log("curriculum/stage", float(self.index), on_step=True, batch_size=1)
-        if self.switch_after_steps is not None and trainer.global_step - self.stage_start_step >= self.switch_after_steps:
+        if (
+            self.switch_after_steps is not None
+            and trainer.global_step - self.stage_start_step >= self.switch_after_steps
+        ):
             self.switch(trainer, pl_module, "steps")
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self.switch_after_epochs is not None and trainer.current_epoch + 1 - self.stage_start_epoch >= self.switch_after_epochs:
+        if (
+            self.switch_after_epochs is not None
+            and trainer.current_epoch + 1 - self.stage_start_epoch >= self.switch_after_epochs
+        ):
             self.switch(trainer, pl_module, "epochs")
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if self.monitor is None or trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+        if (
+            self.monitor is None
+            or trainer.sanity_checking
+            or self.monitor not in trainer.callback_metrics
+        ):
             return
         value = float(trainer.callback_metrics[self.monitor])
-        better = self.best is None or (value > self.best + self.min_delta if self.mode == "max"
-                                       else value < self.best - self.min_delta)
+        better = self.best is None or (
+            value > self.best + self.min_delta
+            if self.mode == "max"
+            else value < self.best - self.min_delta
+        )
         if better:
             self.best, self.stale = value, 0
             return
@@ -133,8 +154,13 @@ class CurriculumCallback(Callback):
             trainer.should_stop = True
 
     def state_dict(self) -> dict:
-        return {"index": self.index, "stage_start_step": self.stage_start_step,
-                "stage_start_epoch": self.stage_start_epoch, "best": self.best, "stale": self.stale}
+        return {
+            "index": self.index,
+            "stage_start_step": self.stage_start_step,
+            "stage_start_epoch": self.stage_start_epoch,
+            "best": self.best,
+            "stale": self.stale,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.index = int(state_dict.get("index", 0))

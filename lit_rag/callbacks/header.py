@@ -26,8 +26,10 @@ def _name(obj: object, kind: str) -> str:
     registry's entry-point targets, nothing is imported."""
     cls = type(obj)
     target = f"{cls.__module__}:{cls.__qualname__}"
-    return next((name for name, info in registry.available(kind).items() if info.target == target),
-                cls.__name__)
+    return next(
+        (name for name, info in registry.available(kind).items() if info.target == target),
+        cls.__name__,
+    )
 
 
 class RunHeader(Callback):
@@ -41,18 +43,26 @@ class RunHeader(Callback):
         model = Path(str(policy.path)).name if policy.path else "tiny random model"
         if policy.lora is not None:
             model += f" (LoRA r={policy.lora.r})"
-        method = " + ".join(_name(getattr(pl_module, kind), kind)
-                            for kind in ("environment", "reward", "algorithm"))
+        method = " + ".join(
+            _name(getattr(pl_module, kind), kind) for kind in ("environment", "reward", "algorithm")
+        )
         engine = _name(pl_module.engine, "engine")
-        strategy = {"SingleDeviceStrategy": "single device", "DDPStrategy": "ddp", "FSDPStrategy": "fsdp",
-                    "DeepSpeedStrategy": "deepspeed"}.get(type(trainer.strategy).__name__,
-                                                          type(trainer.strategy).__name__)
+        strategy = {
+            "SingleDeviceStrategy": "single device",
+            "DDPStrategy": "ddp",
+            "FSDPStrategy": "fsdp",
+            "DeepSpeedStrategy": "deepspeed",
+        }.get(type(trainer.strategy).__name__, type(trainer.strategy).__name__)
         processes = f"{trainer.world_size} process" + ("es" if trainer.world_size > 1 else "")
         if trainer.max_steps and trainer.max_steps > 0:
             length = f"{trainer.max_steps} step" + ("s" if trainer.max_steps > 1 else "")
         else:
             length = f"{trainer.max_epochs} epochs"
-        batch = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
+        batch = (
+            getattr(trainer.datamodule, "batch_size", None)
+            if trainer.datamodule is not None
+            else None
+        )
         shape = f" of {batch} prompts x {pl_module.group_size} samples" if batch else ""
         logs = trainer.log_dir or trainer.default_root_dir
         first = f"lit-rag fit: {model}, {method}, engine {engine}, {processes} ({strategy}), {length}{shape}"

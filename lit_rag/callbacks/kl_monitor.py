@@ -49,9 +49,13 @@ class KLMonitor(Callback):
         self.above = 0
         self.history: list[tuple[float, float]] = []
         self.beta: float | None = None  # the adapted beta (None until the first adaptation)
-        self._restored_beta: float | None = None  # from a checkpoint, set on the algorithm at train start
+        self._restored_beta: float | None = (
+            None  # from a checkpoint, set on the algorithm at train start
+        )
 
-    def global_kl(self, pl_module: LightningModule, step: StepOutput | None) -> tuple[float, float] | None:
+    def global_kl(
+        self, pl_module: LightningModule, step: StepOutput | None
+    ) -> tuple[float, float] | None:
         """(mean, max) of the KL over ranks (a collective: every rank calls it); None when no
         rank's step computed a KL."""
         local = None if step is None else step.metrics.get(self.metric)
@@ -69,12 +73,18 @@ class KLMonitor(Callback):
         # under FSDP / DeepSpeed) and never hands the module to load_state_dict: the restored
         # beta goes onto the algorithm here, after every restore and before the first step
         algorithm = pl_module.algorithm
-        if self._restored_beta is not None and self.target is not None and algorithm.kl_coef is not None:
+        if (
+            self._restored_beta is not None
+            and self.target is not None
+            and algorithm.kl_coef is not None
+        ):
             algorithm.kl_coef = self._restored_beta
             self.beta = self._restored_beta
         self._restored_beta = None
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         stats = self.global_kl(pl_module, StepOutput.of(outputs))
         if stats is None:
             return
@@ -82,16 +92,24 @@ class KLMonitor(Callback):
         self.history.append((mean, peak))
         logs = {"kl/global_mean": mean, "kl/global_max": peak}
         if self.warn_above is not None and mean > self.warn_above:
-            rank_zero_warn(f"KL to the reference is {mean:.4f} (> warn_above {self.warn_above}) at step {trainer.global_step}")
+            rank_zero_warn(
+                f"KL to the reference is {mean:.4f} (> warn_above {self.warn_above}) at step {trainer.global_step}"
+            )
         if self.stop_above is not None:
             self.above = self.above + 1 if peak > self.stop_above else 0
             if self.above >= self.patience:
-                rank_zero_warn(f"stopping: max KL {peak:.4f} > stop_above {self.stop_above} for {self.above} step(s)")
+                rank_zero_warn(
+                    f"stopping: max KL {peak:.4f} > stop_above {self.stop_above} for {self.above} step(s)"
+                )
                 trainer.should_stop = True
         algorithm = pl_module.algorithm
-        if self.target is not None and algorithm.kl_coef is not None:  # the algorithm declares a KL coefficient
+        if (
+            self.target is not None and algorithm.kl_coef is not None
+        ):  # the algorithm declares a KL coefficient
             error = max(-0.2, min(0.2, mean / self.target - 1.0))
-            algorithm.kl_coef = min(self.max_beta, max(self.min_beta, algorithm.kl_coef * (1 + self.adapt_rate * error)))
+            algorithm.kl_coef = min(
+                self.max_beta, max(self.min_beta, algorithm.kl_coef * (1 + self.adapt_rate * error))
+            )
             self.beta = float(algorithm.kl_coef)
         if algorithm.kl_coef is not None:
             logs["kl/beta"] = float(algorithm.kl_coef)
@@ -99,7 +117,11 @@ class KLMonitor(Callback):
 
     def state_dict(self) -> dict:
         """Plain numbers (loadable with ``torch.load(weights_only=True)``)."""
-        return {"above": self.above, "beta": self.beta, "history": [list(pair) for pair in self.history]}
+        return {
+            "above": self.above,
+            "beta": self.beta,
+            "history": [list(pair) for pair in self.history],
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores the counters; the adapted beta reaches the algorithm at train start, and only

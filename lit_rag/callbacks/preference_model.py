@@ -82,10 +82,16 @@ class AlternatingRewardModel(Callback):
                 f"got {epochs}, {batch_size}, {val_fraction}"
             )
         if view not in VIEWS:
-            raise ValueError(f"AlternatingRewardModel view '{view}' is not known; allowed: {', '.join(VIEWS)}")
+            raise ValueError(
+                f"AlternatingRewardModel view '{view}' is not known; allowed: {', '.join(VIEWS)}"
+            )
         self.reward_model, self.view = reward_model, view
         self.threshold, self.epochs, self.batch_size = threshold, epochs, batch_size
-        self.val_fraction, self.max_pairs, self.score_batch_size = val_fraction, max_pairs, score_batch_size
+        self.val_fraction, self.max_pairs, self.score_batch_size = (
+            val_fraction,
+            max_pairs,
+            score_batch_size,
+        )
         self.pairs: list[dict] = []
         self.epoch_start = 0  # index in ``pairs`` where this policy epoch's pairs start
         self.cycles = 0
@@ -96,8 +102,10 @@ class AlternatingRewardModel(Callback):
     def score(self, trajectories: list[Trajectory]) -> torch.Tensor:
         """``[N]`` reward-model scores (sum of the heads) of trajectories, for pair selection."""
         texts = [trajectory_text(t, self.view) for t in trajectories]
-        out = [self.reward_model.score(texts[i : i + self.score_batch_size])
-               for i in range(0, len(texts), self.score_batch_size)]
+        out = [
+            self.reward_model.score(texts[i : i + self.score_batch_size])
+            for i in range(0, len(texts), self.score_batch_size)
+        ]
         return torch.cat(out).float().cpu() if out else torch.zeros(0)
 
     def _attach(self, pl_module) -> None:
@@ -134,8 +142,10 @@ class AlternatingRewardModel(Callback):
         self._gather_epoch_pairs(trainer)
         log_dir = trainer.log_dir  # a broadcast under DDP: every rank asks
         if trainer.is_global_zero and log_dir and len(self.pairs) > self.epoch_start:
-            write_pairs(self.pairs[self.epoch_start :],
-                        Path(log_dir) / "preference_pairs" / f"epoch{trainer.current_epoch}.jsonl")
+            write_pairs(
+                self.pairs[self.epoch_start :],
+                Path(log_dir) / "preference_pairs" / f"epoch{trainer.current_epoch}.jsonl",
+            )
         self.epoch_start = len(self.pairs)
         if not self.pairs:
             return
@@ -173,19 +183,34 @@ class AlternatingRewardModel(Callback):
         """``epochs`` epochs of the reward model on the pairs so far (a nested Lightning fit)."""
         train, val = self.split()
         order = torch.Generator().manual_seed(self.cycles)  # the same batches on every rank
-        loader = lambda rows, shuffle: DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle,
-                                                  collate_fn=lambda b: b, generator=order)
+        def loader(rows, shuffle):
+            return DataLoader(
+                    rows,
+                    batch_size=self.batch_size,
+                    shuffle=shuffle,
+                    collate_fn=lambda b: b,
+                    generator=order,
+                )
         inner = L.Trainer(
-            accelerator="gpu" if trainer.strategy.root_device.type == "cuda" else "cpu", devices=1,
-            precision=trainer.precision, max_epochs=self.epochs, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            accelerator="gpu" if trainer.strategy.root_device.type == "cuda" else "cpu",
+            devices=1,
+            precision=trainer.precision,
+            max_epochs=self.epochs,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
             log_every_n_steps=1,
         )
         with torch.enable_grad():
             inner.fit(self.reward_model, loader(train, True), loader(val, False) if val else None)
         got = inner.callback_metrics
-        metrics = {"reward_model/pairs": float(len(self.pairs)), "reward_model/train_pairs": float(len(train)),
-                   "reward_model/cycle": float(self.cycles + 1)}
+        metrics = {
+            "reward_model/pairs": float(len(self.pairs)),
+            "reward_model/train_pairs": float(len(train)),
+            "reward_model/cycle": float(self.cycles + 1),
+        }
         for key in ("train/loss", "train/pair_accuracy", "val/loss", "val/pair_accuracy"):
             if key in got:
                 metrics[f"reward_model/{key.replace('/', '_')}"] = float(got[key])
@@ -196,9 +221,13 @@ class AlternatingRewardModel(Callback):
     def state_dict(self) -> dict:
         heads = self.reward_model.heads
         return {
-            "pairs": self.pairs, "epoch_start": self.epoch_start, "cycles": self.cycles,
+            "pairs": self.pairs,
+            "epoch_start": self.epoch_start,
+            "cycles": self.cycles,
             "history": self.history,
-            "heads": {k: v.detach().cpu() for k, v in heads.state_dict().items()} if heads is not None else None,
+            "heads": {k: v.detach().cpu() for k, v in heads.state_dict().items()}
+            if heads is not None
+            else None,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:

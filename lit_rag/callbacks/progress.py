@@ -19,8 +19,7 @@ from typing import Any
 from lightning.pytorch.callbacks import RichProgressBar
 
 #: the time split of a step line: metric -> label
-TIMES = (("time/rollout_s", "rollout"), ("time/update_s", "update"),
-         ("time/weight_sync_s", "sync"))
+TIMES = (("time/rollout_s", "rollout"), ("time/update_s", "update"), ("time/weight_sync_s", "sync"))
 
 
 class RunProgressBar(RichProgressBar):
@@ -47,6 +46,7 @@ class RunProgressBar(RichProgressBar):
 
 def step_line(step: int, max_steps: int | None, metrics: dict[str, Any]) -> str:
     """One step's line from the metrics it logged; "" when it logged no reward."""
+
     def value(key: str) -> float | None:
         item = metrics.get(key)
         return None if item is None else float(item)
@@ -55,8 +55,11 @@ def step_line(step: int, max_steps: int | None, metrics: dict[str, Any]) -> str:
     if total is None:
         return ""
     parts = [f"step {step}/{max_steps}" if max_steps and max_steps > 0 else f"step {step}"]
-    components = [f"{k.removeprefix('reward/')} {float(v):.2f}" for k, v in sorted(metrics.items())
-                  if k.startswith("reward/") and k != "reward/total" and k.count("/") == 1]
+    components = [
+        f"{k.removeprefix('reward/')} {float(v):.2f}"
+        for k, v in sorted(metrics.items())
+        if k.startswith("reward/") and k != "reward/total" and k.count("/") == 1
+    ]
     parts.append(f"reward {total:.2f}" + (f" ({', '.join(components)})" if components else ""))
     kl = value("train/kl")
     if kl is not None:

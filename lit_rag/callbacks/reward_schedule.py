@@ -22,7 +22,9 @@ class RewardWeightScheduler(Callback):
         stage: Stage at the start of training, ``discovery`` or ``refinement``.
     """
 
-    def __init__(self, table: dict[str, list[float]] | None = None, stage: str = "discovery") -> None:
+    def __init__(
+        self, table: dict[str, list[float]] | None = None, stage: str = "discovery"
+    ) -> None:
         self.table = {k: tuple(float(x) for x in v) for k, v in (table or TABLE_1).items()}
         bad = [k for k, v in self.table.items() if len(v) != 3]
         if bad:
@@ -35,7 +37,9 @@ class RewardWeightScheduler(Callback):
         self.stage = stage
         reward = pl_module.reward
         if not reward.time_weighted:
-            raise ValueError("RewardWeightScheduler needs a reward with time-dependent weights (evo_rag)")
+            raise ValueError(
+                "RewardWeightScheduler needs a reward with time-dependent weights (evo_rag)"
+            )
         reward.set_anchors(early, late)
 
     def on_train_start(self, trainer, pl_module) -> None:

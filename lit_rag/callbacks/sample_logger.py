@@ -52,7 +52,13 @@ class RolloutSampleLogger(Callback):
         include_prompt: Also write the prompt text.
     """
 
-    def __init__(self, path: str | None = None, every_n_steps: int = 1, max_per_step: int = 4, include_prompt: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | None = None,
+        every_n_steps: int = 1,
+        max_per_step: int = 4,
+        include_prompt: bool = False,
+    ) -> None:
         self.path = path
         self.every_n_steps = max(1, every_n_steps)
         self.max_per_step = max_per_step
@@ -64,7 +70,9 @@ class RolloutSampleLogger(Callback):
             return Path(self.path)
         return Path(trainer.log_dir or trainer.default_root_dir) / "rollouts.jsonl"
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         self._calls += 1
         step = StepOutput.of(outputs)
         if step is None or not trainer.is_global_zero or (self._calls - 1) % self.every_n_steps:
@@ -85,10 +93,14 @@ class RolloutSampleLogger(Callback):
                     "components": {k: float(v[i].sum()) for k, v in rewards.components.items()},
                 }
                 if t.steps:  # tool-using environments: what the policy searched and found
-                    row["steps"] = [{"action": s.action, "query": s.query, "passage_ids": s.passage_ids}
-                                    for s in t.steps]
+                    row["steps"] = [
+                        {"action": s.action, "query": s.query, "passage_ids": s.passage_ids}
+                        for s in t.steps
+                    ]
                 segments = completion_segments(t, getattr(pl_module, "tokenizer", None))
-                if segments is not None:  # multi-turn: inserted documents apart from the policy's text
+                if (
+                    segments is not None
+                ):  # multi-turn: inserted documents apart from the policy's text
                     row["segments"] = segments
                 if self.include_prompt:
                     row["prompt"] = t.prompt_text

@@ -218,8 +218,9 @@ class QADataModule(L.LightningDataModule):
         forest: bool = False,
     ) -> None:
         super().__init__()
-        self._check_args(num_train, num_val, max_references, batch_size, global_batch_size,
-                         val_batch_size)
+        self._check_args(
+            num_train, num_val, max_references, batch_size, global_batch_size, val_batch_size
+        )
         if format not in FORMATS:
             raise ValueError(f"data.format must be one of {', '.join(FORMATS)}; got '{format}'")
         if not hops or any(k not in (1, 2, 3, 4) for k in hops):
@@ -257,9 +258,14 @@ class QADataModule(L.LightningDataModule):
         global_batch_size: int | None,
         val_batch_size: int | None,
     ) -> None:
-        for key, value in (("num_train", num_train), ("num_val", num_val),
-                           ("max_references", max_references), ("val_batch_size", val_batch_size),
-                           ("batch_size", batch_size), ("global_batch_size", global_batch_size)):
+        for key, value in (
+            ("num_train", num_train),
+            ("num_val", num_val),
+            ("max_references", max_references),
+            ("val_batch_size", val_batch_size),
+            ("batch_size", batch_size),
+            ("global_batch_size", global_batch_size),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"data.{key} must be >= 1 or null; got {value}")
         if batch_size is not None and global_batch_size is not None:
@@ -350,9 +356,13 @@ class QADataModule(L.LightningDataModule):
         if stage in (None, "fit"):
             self._load("train")
         if stage in (None, "fit", "validate") and not self._load("val") and stage == "validate":
-            raise DatasetFormatError("lit-rag validate needs validation data: set data.val (a file or 'synthetic')")
+            raise DatasetFormatError(
+                "lit-rag validate needs validation data: set data.val (a file or 'synthetic')"
+            )
         if stage in (None, "test") and not self._load("test") and stage == "test":
-            raise DatasetFormatError("lit-rag test needs test data: set data.test (a file or 'synthetic')")
+            raise DatasetFormatError(
+                "lit-rag test needs test data: set data.test (a file or 'synthetic')"
+            )
 
     def train_examples(self) -> list[Example]:
         """The training examples (after ``num_train`` and ``max_references``)."""
@@ -400,8 +410,11 @@ class QADataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         if not self.forest:
             return {}
-        return {"iteration": self.iteration, "current": [asdict(e) for e in self.current],
-                "next": [asdict(e) for e in self.next.values()]}
+        return {
+            "iteration": self.iteration,
+            "current": [asdict(e) for e in self.current],
+            "next": [asdict(e) for e in self.next.values()],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:

@@ -52,9 +52,15 @@ def _check_exists(path: Path) -> None:
 
 
 #: leading bytes of compressed and binary files people pass by mistake -> what they are
-_MAGIC = {b"\x1f\x8b": "gzip-compressed (gunzip it first)", b"BZh": "bzip2-compressed",
-          b"\xfd7zXZ": "xz-compressed", b"PK\x03\x04": "a zip archive", b"\x28\xb5\x2f\xfd": "zstd-compressed",
-          b"PAR1": "a Parquet file (convert it to JSONL)", b"\x80": "a pickle (not data lit-rag reads)"}
+_MAGIC = {
+    b"\x1f\x8b": "gzip-compressed (gunzip it first)",
+    b"BZh": "bzip2-compressed",
+    b"\xfd7zXZ": "xz-compressed",
+    b"PK\x03\x04": "a zip archive",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+    b"PAR1": "a Parquet file (convert it to JSONL)",
+    b"\x80": "a pickle (not data lit-rag reads)",
+}
 
 
 def _check_text(path: Path) -> None:
@@ -63,14 +69,20 @@ def _check_text(path: Path) -> None:
         head = handle.read(8192)
     for magic, what in _MAGIC.items():
         if head.startswith(magic):
-            raise DatasetFormatError(f"{path}: the file is {what}; data files must be UTF-8 JSON or JSONL text")
+            raise DatasetFormatError(
+                f"{path}: the file is {what}; data files must be UTF-8 JSON or JSONL text"
+            )
     if b"\x00" in head:
-        raise DatasetFormatError(f"{path}: the file is binary (NUL bytes); data files must be UTF-8 JSON or JSONL text")
+        raise DatasetFormatError(
+            f"{path}: the file is binary (NUL bytes); data files must be UTF-8 JSON or JSONL text"
+        )
 
 
 def _not_utf8(path: Path, err: UnicodeDecodeError) -> DatasetFormatError:
-    return DatasetFormatError(f"{path}: not UTF-8 text ({err.reason}: byte {err.object[err.start:err.start + 1]!r}); "
-                              "data files must be UTF-8 JSON or JSONL")
+    return DatasetFormatError(
+        f"{path}: not UTF-8 text ({err.reason}: byte {err.object[err.start : err.start + 1]!r}); "
+        "data files must be UTF-8 JSON or JSONL"
+    )
 
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -529,8 +541,11 @@ def detect_format(path: str | Path) -> str:
         keys = set(record)
         if "supporting_facts" in keys:
             return "2wiki" if "evidences" in keys else "hotpotqa"
-        for key, name in (("paragraphs", "musique"), ("golden_answers", "flashrag"),
-                          ("answers", "litrag")):
+        for key, name in (
+            ("paragraphs", "musique"),
+            ("golden_answers", "flashrag"),
+            ("answers", "litrag"),
+        ):
             if key in keys:
                 return name
         raise DatasetFormatError(

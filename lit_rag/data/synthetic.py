@@ -19,18 +19,69 @@ from dataclasses import dataclass
 
 from lit_rag.types import Example, Passage
 
-_ONSETS = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
-           "dr", "st", "tr")
+_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "st",
+    "tr",
+)
 _VOWELS = ("a", "e", "i", "o", "u")
 _CODAS = ("", "", "", "n", "r", "l", "s", "m")
 _CITY_SUFFIXES = ("ford", "holm", "by", "ton", "mere", "wick", "stead", "dale", "port", "gate")
 _REGION_SUFFIXES = ("ia", "land", "mark", "ora")
 _ORG_KINDS = ("Works", "Press", "Guild", "Company", "Mills", "Foundry", "Institute", "Society")
-_OCCUPATIONS = ("painter", "weaver", "sailor", "potter", "baker", "scholar", "miner", "poet",
-                "architect", "surgeon", "merchant", "composer", "farmer", "astronomer", "judge",
-                "engineer", "chemist", "sculptor")
-_PRODUCTS = ("clocks", "lamps", "ropes", "boats", "maps", "glass", "paper", "bells", "bicycles",
-             "violins", "telescopes", "cheese", "textiles", "engines", "radios")
+_OCCUPATIONS = (
+    "painter",
+    "weaver",
+    "sailor",
+    "potter",
+    "baker",
+    "scholar",
+    "miner",
+    "poet",
+    "architect",
+    "surgeon",
+    "merchant",
+    "composer",
+    "farmer",
+    "astronomer",
+    "judge",
+    "engineer",
+    "chemist",
+    "sculptor",
+)
+_PRODUCTS = (
+    "clocks",
+    "lamps",
+    "ropes",
+    "boats",
+    "maps",
+    "glass",
+    "paper",
+    "bells",
+    "bicycles",
+    "violins",
+    "telescopes",
+    "cheese",
+    "textiles",
+    "engines",
+    "radios",
+)
 
 # relation -> (subject type, object type, noun phrase of the object, final question)
 # "{x}" is the noun phrase of the subject. Object type None means a literal (year, word).
@@ -39,12 +90,20 @@ RELATIONS: dict[str, tuple[str, str | None, str, str]] = {
     "mentored_by": ("person", "person", "the mentor of {x}", "Who mentored {x}?"),
     "married_to": ("person", "person", "the spouse of {x}", "Who is {x} married to?"),
     "works_for": ("person", "org", "the employer of {x}", "Which organization does {x} work for?"),
-    "founded": ("person", "org", "the organization founded by {x}",
-                "Which organization did {x} found?"),
+    "founded": (
+        "person",
+        "org",
+        "the organization founded by {x}",
+        "Which organization did {x} found?",
+    ),
     "occupation": ("person", None, "", "What is the occupation of {x}?"),
     "founded_by": ("org", "person", "the founder of {x}", "Who founded {x}?"),
-    "headquartered_in": ("org", "city", "the city where {x} is headquartered",
-                         "In which city is {x} headquartered?"),
+    "headquartered_in": (
+        "org",
+        "city",
+        "the city where {x} is headquartered",
+        "In which city is {x} headquartered?",
+    ),
     "founded_in": ("org", None, "", "In which year was {x} founded?"),
     "makes": ("org", None, "", "What does {x} make?"),
     "located_in": ("city", "region", "the region containing {x}", "In which region is {x}?"),
@@ -53,26 +112,46 @@ RELATIONS: dict[str, tuple[str, str | None, str, str]] = {
 # Paragraph templates per fact kind; {s} subject, {o} object, {a} its article. One sentence
 # each, and no paragraph mentions a fact other than its own, so the gold set is exact.
 _TEXTS: dict[str, tuple[str, ...]] = {
-    "born_in": ("{s} was born in the city of {o} and spent a quiet childhood there.",
-                "{s} was born in {o}, where the family had lived for generations."),
-    "mentored_by": ("In the early years of a long career, {s} was mentored by {o}.",
-                    "{s} learned the trade while being mentored by {o} for several years."),
-    "married_to": ("{s} is married to {o}, and the couple met at a winter market.",
-                   "After a long friendship, {s} married {o} in a small ceremony."),
-    "works_for": ("{s} works for {o} and is known there as a careful worker.",
-                  "For many years, {s} has worked for {o} without missing a day."),
-    "founded": ("{s} founded {o} after years of careful planning and saving.",
-                "{s} founded {o} with a small loan from an old friend."),
-    "occupation": ("{s} works as {a} {o} and is respected by many neighbours.",
-                   "By profession, {s} is {a} {o} with a long and steady career."),
-    "headquartered_in": ("{s} has its headquarters in {o}, near the old market square.",
-                         "The headquarters of {s} stand in the city of {o}."),
-    "founded_in": ("{s} was founded in {o} and has grown steadily ever since.",
-                   "Records show that {s} was founded in the year {o}."),
-    "makes": ("{s} makes {o} for customers in every corner of the land.",
-              "Today {s} is best known because it makes fine {o}."),
-    "located_in": ("{s} is a city in the region of {o}, close to a wide river.",
-                   "The city of {s} lies in {o}, surrounded by green hills."),
+    "born_in": (
+        "{s} was born in the city of {o} and spent a quiet childhood there.",
+        "{s} was born in {o}, where the family had lived for generations.",
+    ),
+    "mentored_by": (
+        "In the early years of a long career, {s} was mentored by {o}.",
+        "{s} learned the trade while being mentored by {o} for several years.",
+    ),
+    "married_to": (
+        "{s} is married to {o}, and the couple met at a winter market.",
+        "After a long friendship, {s} married {o} in a small ceremony.",
+    ),
+    "works_for": (
+        "{s} works for {o} and is known there as a careful worker.",
+        "For many years, {s} has worked for {o} without missing a day.",
+    ),
+    "founded": (
+        "{s} founded {o} after years of careful planning and saving.",
+        "{s} founded {o} with a small loan from an old friend.",
+    ),
+    "occupation": (
+        "{s} works as {a} {o} and is respected by many neighbours.",
+        "By profession, {s} is {a} {o} with a long and steady career.",
+    ),
+    "headquartered_in": (
+        "{s} has its headquarters in {o}, near the old market square.",
+        "The headquarters of {s} stand in the city of {o}.",
+    ),
+    "founded_in": (
+        "{s} was founded in {o} and has grown steadily ever since.",
+        "Records show that {s} was founded in the year {o}.",
+    ),
+    "makes": (
+        "{s} makes {o} for customers in every corner of the land.",
+        "Today {s} is best known because it makes fine {o}.",
+    ),
+    "located_in": (
+        "{s} is a city in the region of {o}, close to a wide river.",
+        "The city of {s} lies in {o}, surrounded by green hills.",
+    ),
 }
 
 
@@ -242,8 +321,12 @@ class SyntheticWorld:
 
     def entity_type(self, name: str) -> str | None:
         """``person``, ``org``, ``city``, ``region`` or None for a literal / unknown name."""
-        for kind, names in (("person", self.people), ("org", self.orgs),
-                            ("city", self.cities), ("region", self.regions)):
+        for kind, names in (
+            ("person", self.people),
+            ("org", self.orgs),
+            ("city", self.cities),
+            ("region", self.regions),
+        ):
             if name in names:
                 return kind
         return None
@@ -321,8 +404,10 @@ class SyntheticWorld:
         for step in range(k):
             last = step == k - 1
             options = [
-                rel for rel, (subj, obj, _, _) in RELATIONS.items()
-                if subj == kind and current in self.forward[rel]
+                rel
+                for rel, (subj, obj, _, _) in RELATIONS.items()
+                if subj == kind
+                and current in self.forward[rel]
                 and (last or obj not in (None, "region"))
                 and self.forward[rel][current] not in visited
             ]

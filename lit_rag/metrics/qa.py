@@ -29,7 +29,9 @@ class _MeanAnswerScore(Metric):
 
     def __init__(self, punctuation: str = "delete", **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.punctuation = punctuation  # ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release)
+        self.punctuation = (
+            punctuation  # ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release)
+        )
         self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 

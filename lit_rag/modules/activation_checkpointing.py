@@ -38,8 +38,10 @@ def normalize(mode: bool | str | None) -> str:
     if mode is False or mode is None:
         return "none"
     if mode not in MODES:
-        raise ValueError(f"model gradient_checkpointing '{mode}' is not known; allowed: "
-                         f"{', '.join(MODES)} (true = full, false = none)")
+        raise ValueError(
+            f"model gradient_checkpointing '{mode}' is not known; allowed: "
+            f"{', '.join(MODES)} (true = full, false = none)"
+        )
     return mode
 
 
@@ -47,9 +49,15 @@ def normalize(mode: bool | str | None) -> str:
 def _kept_ops() -> frozenset:
     """The ops whose outputs ``selective`` keeps: matrix products and attention kernels."""
     aten = torch.ops.aten
-    names = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
-             "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-             "_scaled_dot_product_cudnn_attention")
+    names = (
+        "mm",
+        "addmm",
+        "bmm",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
     return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
 
 

@@ -46,8 +46,10 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if self.r < 1 or self.alpha <= 0 or not 0 <= self.dropout < 1:
-            raise InputError(f"model lora: r must be >= 1, alpha > 0 and dropout in [0, 1); "
-                             f"got r={self.r}, alpha={self.alpha}, dropout={self.dropout}")
+            raise InputError(
+                f"model lora: r must be >= 1, alpha > 0 and dropout in [0, 1); "
+                f"got r={self.r}, alpha={self.alpha}, dropout={self.dropout}"
+            )
 
 
 @dataclass
@@ -111,19 +113,24 @@ class ModelConfig:
             )
         if self.quantization and self.lora is None:
             raise ValueError("model quantization needs model lora: quantized weights are frozen")
-        self.gradient_checkpointing = activation_checkpointing.normalize(self.gradient_checkpointing)
+        self.gradient_checkpointing = activation_checkpointing.normalize(
+            self.gradient_checkpointing
+        )
         if self.path is None and self.tiny is None:
             raise ValueError("model needs either 'path' (local weights) or 'tiny'")
         if self.path is not None and self.tiny is not None:  # one would silently win
-            raise ValueError(f"model policy sets both 'path' ({self.path}) and 'tiny' (a random test model); "
-                             "set one: with a recipe that says tiny, add --model.policy.tiny=null")
+            raise ValueError(
+                f"model policy sets both 'path' ({self.path}) and 'tiny' (a random test model); "
+                "set one: with a recipe that says tiny, add --model.policy.tiny=null"
+            )
 
 
 def cache_dir() -> Path:
     """Where converted models are cached (``$LIT_RAG_CACHE`` or ``~/.cache/lit-rag``)."""
-    root = os.environ.get("LIT_RAG_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
-    ) / "lit-rag"
+    root = (
+        os.environ.get("LIT_RAG_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lit-rag"
+    )
     return Path(root)
 
 
@@ -167,7 +174,11 @@ def convert_gguf(folder: Path, gguf_file: str) -> Path:
     with torch.random.fork_rng(devices=[]):
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, _ = plain.load_state_dict(loaded.state_dict(), strict=False)
-    missing = [k for k in missing if not (getattr(config, "tie_word_embeddings", False) and k == "lm_head.weight")]
+    missing = [
+        k
+        for k in missing
+        if not (getattr(config, "tie_word_embeddings", False) and k == "lm_head.weight")
+    ]
     if missing:
         raise RuntimeError(f"GGUF file {source} lacks weights the model needs: {missing[:5]}")
     if getattr(config, "tie_word_embeddings", False):
@@ -192,7 +203,9 @@ def load_tokenizer(config: ModelConfig):
     else:
         source = _hf_source(config)
         with _loading_errors(config, source):
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, trust_remote_code=config.trust_remote_code
+            )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -222,7 +235,9 @@ def _loading_errors(config: ModelConfig, source: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"model path '{config.path}' ({source}) could not be loaded: {reason[:200]}") from None
+        raise InputError(
+            f"model path '{config.path}' ({source}) could not be loaded: {reason[:200]}"
+        ) from None
 
 
 def cached_hub_folder(repo_id: str) -> Path:
@@ -314,7 +329,8 @@ def _add_lora(model: torch.nn.Module, config: ModelConfig) -> torch.nn.Module:
     assert config.lora is not None
     if config.quantization is not None:
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=False  # ours, enabled in load_model
+            model,
+            use_gradient_checkpointing=False,  # ours, enabled in load_model
         )
     lora = LoraConfig(
         r=config.lora.r,

@@ -24,7 +24,10 @@ def _base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _chunk_logprobs(
-    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
     softcap: float | None,
 ) -> torch.Tensor:
     logits = head(hidden).float()  # [n, V]
@@ -63,7 +66,9 @@ def completion_logprobs(
     softcap = getattr(base.config, "final_logit_softcapping", None)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P+C]
     hidden = decoder(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
         use_cache=False,
     ).last_hidden_state  # [B, P+C, H]
     batch, width = input_ids.shape
@@ -71,26 +76,40 @@ def completion_logprobs(
     # position t predicts token t+1: hidden[start-1 : width-1] predicts the completion
     h = hidden[:, start - 1 : width - 1].reshape(batch * completion_length, -1)  # [B*C, H]
     targets = input_ids[:, start:].reshape(-1)  # [B*C]
-    return _head_logprobs(head, h, targets, temperature, softcap, chunk_tokens).view(batch, completion_length)
+    return _head_logprobs(head, h, targets, temperature, softcap, chunk_tokens).view(
+        batch, completion_length
+    )
 
 
-def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                   softcap: float | None, chunk_tokens: int) -> torch.Tensor:
+def _head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    softcap: float | None,
+    chunk_tokens: int,
+) -> torch.Tensor:
     """``[n]`` log-probs of ``targets`` from ``[n, H]`` hidden states, the head applied a chunk of
     rows at a time (checkpointed under autograd: the backward recomputes a chunk's logits)."""
     out = []
     for i in range(0, hidden.shape[0], chunk_tokens):
         hc, tc = hidden[i : i + chunk_tokens], targets[i : i + chunk_tokens]
         if torch.is_grad_enabled() and hc.requires_grad:
-            out.append(checkpoint(_chunk_logprobs, head, hc, tc, temperature, softcap, use_reentrant=False))
+            out.append(
+                checkpoint(_chunk_logprobs, head, hc, tc, temperature, softcap, use_reentrant=False)
+            )
         else:
             out.append(_chunk_logprobs(head, hc, tc, temperature, softcap))
     return torch.cat(out) if out else hidden.new_zeros(0)
 
 
 def packed_logprobs(
-    model: torch.nn.Module, packed: Packed, temperature: float = 1.0, chunk_tokens: int = 512,
-    through_forward: bool = False, split: bool = True,
+    model: torch.nn.Module,
+    packed: Packed,
+    temperature: float = 1.0,
+    chunk_tokens: int = 512,
+    through_forward: bool = False,
+    split: bool = True,
 ) -> torch.Tensor:
     """``[rows, width]`` log-probs of the completion tokens of a packed micro-batch
     (:func:`lit_rag.modules.packing.pack`; 0 where a row has no token).
@@ -107,24 +126,46 @@ def packed_logprobs(
     if packed.layout is not None and split and prefix_attention.enable(base):
         inputs = {"attention_mask": None, "shared_prefix": packed.layout}  # no dense block mask
     else:
-        inputs = {"attention_mask": model_mask(packed.attention_mask, getattr(base.config, "_attn_implementation", None))}
+        inputs = {
+            "attention_mask": model_mask(
+                packed.attention_mask, getattr(base.config, "_attn_implementation", None)
+            )
+        }
     softcap = getattr(base.config, "final_logit_softcapping", None)
     rows, positions = packed.sources[:, 0], packed.sources[:, 1]
     if through_forward:
         keep = torch.unique(positions)  # sorted
-        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                       use_cache=False, logits_to_keep=keep, **inputs).logits  # [R, K, V]
+        logits = model(
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            use_cache=False,
+            logits_to_keep=keep,
+            **inputs,
+        ).logits  # [R, K, V]
         # (the model's forward applies its own logit soft-capping)
-        picked_logits = logits[rows, torch.searchsorted(keep, positions.contiguous())].float()  # [T, V]
+        picked_logits = logits[
+            rows, torch.searchsorted(keep, positions.contiguous())
+        ].float()  # [T, V]
         if temperature != 1.0:
             picked_logits = picked_logits / temperature
-        values = picked_logits.gather(-1, packed.targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(picked_logits, -1)
+        values = picked_logits.gather(-1, packed.targets.unsqueeze(-1)).squeeze(
+            -1
+        ) - torch.logsumexp(picked_logits, -1)
     else:
         hidden = base.get_decoder()(
-            input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False, **inputs,
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            use_cache=False,
+            **inputs,
         ).last_hidden_state  # [R, L, H]
-        values = _head_logprobs(base.get_output_embeddings(), hidden[rows, positions], packed.targets,
-                                temperature, softcap, chunk_tokens)
+        values = _head_logprobs(
+            base.get_output_embeddings(),
+            hidden[rows, positions],
+            packed.targets,
+            temperature,
+            softcap,
+            chunk_tokens,
+        )
     out = torch.zeros(packed.rows * packed.width, dtype=values.dtype, device=values.device)
     return out.index_copy(0, packed.slots, values).view(packed.rows, packed.width)
 
@@ -144,10 +185,17 @@ def root_forward_logprobs(
     chunked: the price of sharding).
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        use_cache=False, logits_to_keep=completion_length + 1,
-    ).logits[:, :-1].float()  # position t predicts token t + 1: [B, C, V]
+    logits = (
+        model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=completion_length + 1,
+        )
+        .logits[:, :-1]
+        .float()
+    )  # position t predicts token t + 1: [B, C, V]
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -completion_length:]
@@ -156,13 +204,19 @@ def root_forward_logprobs(
 
 
 def full_logprobs_reference(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-    completion_length: int, temperature: float = 1.0,
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """The plain (memory-hungry) computation, for tests: full logits, log-softmax, gather."""
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).logits.float() / temperature
+    logits = (
+        model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).logits.float()
+        / temperature
+    )
     logp = F.log_softmax(logits[:, -completion_length - 1 : -1], dim=-1)
     return logp.gather(-1, input_ids[:, -completion_length:].unsqueeze(-1)).squeeze(-1)

@@ -64,8 +64,13 @@ class Packed:
 
     def to(self, device: torch.device | str) -> Packed:
         """Every tensor on ``device``."""
-        return replace(self, **{name: getattr(self, name).to(device) for name in
-                                ("input_ids", "position_ids", "padding", "sources", "targets", "slots")})
+        return replace(
+            self,
+            **{
+                name: getattr(self, name).to(device)
+                for name in ("input_ids", "position_ids", "padding", "sources", "targets", "slots")
+            },
+        )
 
     @property
     def attention_mask(self) -> torch.Tensor:
@@ -82,16 +87,24 @@ def block_mask(layout: Layout, span: int, device: torch.device | str = "cpu") ->
     """``[R, 1, span, span]`` boolean: a prompt token sees the prompt's earlier tokens, a
     completion token the prompt and its own completion's earlier tokens, and a padding token
     itself only (a fully masked row would give NaN)."""
-    allowed = torch.eye(span, dtype=torch.bool, device=device).unsqueeze(0).repeat(len(layout.prompts), 1, 1)
+    allowed = (
+        torch.eye(span, dtype=torch.bool, device=device)
+        .unsqueeze(0)
+        .repeat(len(layout.prompts), 1, 1)
+    )
     for r, (p, segments) in enumerate(zip(layout.prompts, layout.completions)):
         allowed[r, :p, :p] = torch.ones(p, p, dtype=torch.bool, device=device).tril()
         for start, c in segments:
             allowed[r, start : start + c, :p] = True
-            allowed[r, start : start + c, start : start + c] = torch.ones(c, c, dtype=torch.bool, device=device).tril()
+            allowed[r, start : start + c, start : start + c] = torch.ones(
+                c, c, dtype=torch.bool, device=device
+            ).tril()
     return allowed.unsqueeze(1)
 
 
-def split_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> list[tuple[tuple[int, ...], list[int]]]:
+def split_rows(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int
+) -> list[tuple[tuple[int, ...], list[int]]]:
     """``(prompt tokens, completion tokens)`` of each row of a :class:`~lit_rag.algorithm.TrainBatch`
     layout (prompts left-padded, completions right-padded from column ``P = total - width``)."""
     prompt_width = input_ids.shape[1] - width
@@ -120,8 +133,13 @@ def packed_length(prompt: int, completions: list[int]) -> int:
     return prompt + sum(completions)
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, share: bool = True,
-         pad_id: int = 0) -> Packed:
+def pack(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    width: int,
+    share: bool = True,
+    pad_id: int = 0,
+) -> Packed:
     """Lay out a micro-batch (prompts left-padded, completions right-padded from column
     ``total - width``) as packed sequences, one per group of rows with the same prompt."""
     rows = split_rows(input_ids, attention_mask, width)
@@ -159,12 +177,18 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int, shar
             start += c
         segments.append(tuple(spans))
     return Packed(
-        input_ids=ids, position_ids=positions,
+        input_ids=ids,
+        position_ids=positions,
         padding=padding,
         sources=torch.tensor(sources, dtype=torch.long).view(-1, 2),
-        targets=torch.tensor(targets, dtype=torch.long), slots=torch.tensor(slots, dtype=torch.long),
-        rows=len(rows), width=width, real_tokens=sum(lengths),
-        layout=Layout(tuple(len(rows[u[0]][0]) for u in units), tuple(segments)) if shared else None,
+        targets=torch.tensor(targets, dtype=torch.long),
+        slots=torch.tensor(slots, dtype=torch.long),
+        rows=len(rows),
+        width=width,
+        real_tokens=sum(lengths),
+        layout=Layout(tuple(len(rows[u[0]][0]) for u in units), tuple(segments))
+        if shared
+        else None,
     )
 
 
@@ -185,8 +209,14 @@ def packed_cost(prompts: list[tuple[int, ...]], completions: list[int], share: b
     return len(units) * max(lengths) if lengths else 0
 
 
-def plan_micro_batches(prompts: list[tuple[int, ...]], completions: list[int], max_tokens: int | None,
-                       max_rows: int | None = None, row_group: int = 1, share: bool = True) -> list[list[int]]:
+def plan_micro_batches(
+    prompts: list[tuple[int, ...]],
+    completions: list[int],
+    max_tokens: int | None,
+    max_rows: int | None = None,
+    row_group: int = 1,
+    share: bool = True,
+) -> list[list[int]]:
     """Micro-batches (lists of row indices) of at most ``max_tokens`` packed token positions
     (:func:`packed_cost`, padding included) and at most ``max_rows`` rows.
 
@@ -200,14 +230,19 @@ def plan_micro_batches(prompts: list[tuple[int, ...]], completions: list[int], m
     def fits(rows: list[int]) -> bool:
         if max_rows is not None and len(rows) > max_rows:
             return False
-        return max_tokens is None or packed_cost([prompts[i] for i in rows], [completions[i] for i in rows],
-                                                 share) <= max_tokens
+        return (
+            max_tokens is None
+            or packed_cost([prompts[i] for i in rows], [completions[i] for i in rows], share)
+            <= max_tokens
+        )
 
     blocks = [list(range(i, min(i + row_group, n))) for i in range(0, n, row_group)]
     units: dict = {}
     for block in blocks:  # blocks with one prompt for all their rows share it with their kind
         same = all(prompts[i] == prompts[block[0]] for i in block)
-        units.setdefault(prompts[block[0]] if share and same else ("block", block[0]), []).append(block)
+        units.setdefault(prompts[block[0]] if share and same else ("block", block[0]), []).append(
+            block
+        )
     pieces: list[list[int]] = []
     for unit_blocks in units.values():
         piece: list[int] = []

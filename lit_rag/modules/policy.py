@@ -106,24 +106,36 @@ class PolicyModule(LightningModule):
                 f"model group_size and micro_batch_size must be >= 1, got {group_size}, {micro_batch_size}"
             )
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
-            raise ValueError(f"model micro_batch_tokens must be >= 1 or null (rows only), got {micro_batch_tokens}")
+            raise ValueError(
+                f"model micro_batch_tokens must be >= 1 or null (rows only), got {micro_batch_tokens}"
+            )
         if lr < 0 or weight_decay < 0 or warmup_steps < 0:
-            raise ValueError(f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}")
+            raise ValueError(
+                f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}"
+            )
         if not 0.0 <= warmup_ratio < 1.0 or (warmup_ratio and warmup_steps):
-            raise ValueError(f"model warmup_ratio must be in [0, 1) and not set beside warmup_steps, "
-                             f"got warmup_ratio {warmup_ratio}, warmup_steps {warmup_steps}")
+            raise ValueError(
+                f"model warmup_ratio must be in [0, 1) and not set beside warmup_steps, "
+                f"got warmup_ratio {warmup_ratio}, warmup_steps {warmup_steps}"
+            )
         if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ValueError(f"model max_grad_norm must be > 0 or null (no clipping), got {max_grad_norm}")
+            raise ValueError(
+                f"model max_grad_norm must be > 0 or null (no clipping), got {max_grad_norm}"
+            )
         if logprob_chunk_tokens < 1:
             raise ValueError(f"model logprob_chunk_tokens must be >= 1, got {logprob_chunk_tokens}")
         if lr_schedule not in SCHEDULES:
-            raise ValueError(f"model lr_schedule '{lr_schedule}' is not known; allowed: {', '.join(SCHEDULES)}")
+            raise ValueError(
+                f"model lr_schedule '{lr_schedule}' is not known; allowed: {', '.join(SCHEDULES)}"
+            )
         self.automatic_optimization = False
         self.policy_config = policy
         self.environment = environment
         self.reward = reward
         self.algorithm = algorithm
-        if engine is None:  # the registered ``hf`` engine (core names plugins only through the registry)
+        if (
+            engine is None
+        ):  # the registered ``hf`` engine (core names plugins only through the registry)
             from lit_rag import registry
 
             engine = registry.load("engine", "hf")()
@@ -137,19 +149,27 @@ class PolicyModule(LightningModule):
         self.micro_batch_tokens = micro_batch_tokens
         self.share_prefix = share_prefix
         self.lr, self.weight_decay, self.betas = lr, weight_decay, tuple(betas)
-        self.warmup_steps, self.lr_schedule, self.max_grad_norm = warmup_steps, lr_schedule, max_grad_norm
+        self.warmup_steps, self.lr_schedule, self.max_grad_norm = (
+            warmup_steps,
+            lr_schedule,
+            max_grad_norm,
+        )
         self.warmup_ratio = warmup_ratio
         self.logprob_chunk_tokens = logprob_chunk_tokens
         self.model: torch.nn.Module | None = None
         self.tokenizer = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of the module tree
         if answer_punctuation not in PUNCTUATION_MODES:
-            raise ValueError(f"model answer_punctuation '{answer_punctuation}' is not known; "
-                             f"allowed: {', '.join(PUNCTUATION_MODES)}")
+            raise ValueError(
+                f"model answer_punctuation '{answer_punctuation}' is not known; "
+                f"allowed: {', '.join(PUNCTUATION_MODES)}"
+            )
         self.val_em = ExactMatch(punctuation=answer_punctuation)
         self.val_f1 = TokenF1(punctuation=answer_punctuation)
         self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
-        self._schedule: dict | None = None  # the learning-rate plan: kind, warmup, total (optimizer steps)
+        self._schedule: dict | None = (
+            None  # the learning-rate plan: kind, warmup, total (optimizer steps)
+        )
         self._stored_schedule: dict | None = None  # the plan of the checkpoint being resumed
 
     # ---- model ---------------------------------------------------------------------------
@@ -169,9 +189,12 @@ class PolicyModule(LightningModule):
             self.model = fsdp_wrap(self.model, self.trainer.strategy)
         if self._trainer is not None:  # e.g. a vLLM per rank (or per tensor-parallel group)
             trainer = self.trainer
-            placement = Placement(rank=trainer.global_rank, world_size=trainer.world_size,
-                                  local_rank=trainer.local_rank,
-                                  local_world_size=trainer.num_devices)
+            placement = Placement(
+                rank=trainer.global_rank,
+                world_size=trainer.world_size,
+                local_rank=trainer.local_rank,
+                local_world_size=trainer.num_devices,
+            )
             self.engine.place(placement)
             self.algorithm.place(placement)
         self.engine.bind(self.model, self.tokenizer)
@@ -193,13 +216,24 @@ class PolicyModule(LightningModule):
     def _pack(self, batch: TrainBatch, width: int) -> Packed:
         """A micro-batch as packed sequences: rows with one prompt share it (``share_prefix``),
         and no row is padded to the rollout's longest prompt or completion."""
-        pad = self.tokenizer.pad_token_id if self.tokenizer is not None and self.tokenizer.pad_token_id is not None else 0
-        return pack(batch.input_ids, batch.attention_mask, width, share=self.share_prefix, pad_id=pad)
+        pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer is not None and self.tokenizer.pad_token_id is not None
+            else 0
+        )
+        return pack(
+            batch.input_ids, batch.attention_mask, width, share=self.share_prefix, pad_id=pad
+        )
 
     def _packed_logprobs(self, model: torch.nn.Module, packed: Packed) -> torch.Tensor:
         temperature = self.sampling.temperature if self.sampling.temperature > 0 else 1.0
-        return packed_logprobs(model, packed.to(self.device), temperature=temperature,
-                               chunk_tokens=self.logprob_chunk_tokens, through_forward=forward_gathers(model))
+        return packed_logprobs(
+            model,
+            packed.to(self.device),
+            temperature=temperature,
+            chunk_tokens=self.logprob_chunk_tokens,
+            through_forward=forward_gathers(model),
+        )
 
     def setup(self, stage: str) -> None:
         """DeepSpeed clips gradients inside its engine, from its config: give it ``max_grad_norm``
@@ -218,18 +252,24 @@ class PolicyModule(LightningModule):
         rounds = self.algorithm.dynamic_sampling_rounds
         if rounds:  # DAPO dynamic sampling: refill the groups that carry no gradient
             trajectories, rewards, used = self._refill(trajectories, rewards, len(batch), rounds)
-            prepared = self.algorithm.prepare(trajectories, rewards, max_groups=len(batch))  # step 4
+            prepared = self.algorithm.prepare(
+                trajectories, rewards, max_groups=len(batch)
+            )  # step 4
             prepared.metrics["dynamic_sampling_rounds"] = torch.tensor(float(used))
         else:
             prepared = self.algorithm.prepare(trajectories, rewards)  # step 4
         rolled = time.perf_counter()
         metrics = self.optimize(prepared)  # step 5
-        if "train/skipped_step" not in metrics:  # weights moved: the engine samples with the new ones
+        if (
+            "train/skipped_step" not in metrics
+        ):  # weights moved: the engine samples with the new ones
             self.engine.sync_weights()
         metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
         metrics.update(self._rollout_metrics(trajectories, rewards, prefix="reward"))
         metrics.update({f"rollout/{k}": v for k, v in prepared.metrics.items()})
-        metrics["tokens/generated"] = torch.tensor(float(sum(t.num_generated for t in trajectories)))
+        metrics["tokens/generated"] = torch.tensor(
+            float(sum(t.num_generated for t in trajectories))
+        )
         metrics["time/rollout_s"] = torch.tensor(rolled - started)
         metrics["time/update_s"] = torch.tensor(time.perf_counter() - rolled)
         metrics.update(memory_metrics(self.device))
@@ -237,7 +277,9 @@ class PolicyModule(LightningModule):
         # step 6: Lightning hands this to every callback's on_train_batch_end as ``outputs``
         return StepOutput(trajectories, rewards, metrics, batch_size=len(batch)).as_outputs()
 
-    def _refill(self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int):
+    def _refill(
+        self, trajectories: list[Trajectory], rewards: RewardBreakdown, target: int, rounds: int
+    ):
         """Sample extra prompts until ``target`` groups have reward variance (at most ``rounds``
         extra rounds, each drawing as many prompts as groups are missing). Extra prompts come
         from the training pool with an RNG seeded by the step, so a resumed run draws the same.
@@ -264,7 +306,10 @@ class PolicyModule(LightningModule):
             trajectories = trajectories + more
             rewards = RewardBreakdown(
                 total=torch.cat([rewards.total, more_rewards.total]),
-                components={k: torch.cat([v, more_rewards.components[k]]) for k, v in rewards.components.items()},
+                components={
+                    k: torch.cat([v, more_rewards.components[k]])
+                    for k, v in rewards.components.items()
+                },
             )
         return trajectories, rewards, used
 
@@ -281,7 +326,9 @@ class PolicyModule(LightningModule):
         return rng.sample(pool, min(n, len(pool)))
 
     @torch.no_grad()
-    def rollout(self, examples: list[Example], params: SamplingParams, group_size: int | None) -> list[Trajectory]:
+    def rollout(
+        self, examples: list[Example], params: SamplingParams, group_size: int | None
+    ) -> list[Trajectory]:
         """Training rollout with ``group_size`` samples each; ``None``: validation rollout."""
         was_training = self.model.training
         self.model.eval()
@@ -323,7 +370,10 @@ class PolicyModule(LightningModule):
             return out
 
         clock = Clock()
-        with torch.no_grad(), clock("time/reference_s"):  # a rank without rows runs only the idle forwards here
+        with (
+            torch.no_grad(),
+            clock("time/reference_s"),
+        ):  # a rank without rows runs only the idle forwards here
             if self.algorithm.needs_reference:
                 ref = per_row(lambda micro: self.reference_logprobs(micro, width))
                 if size:
@@ -347,7 +397,9 @@ class PolicyModule(LightningModule):
                 own, scale = (mini_slices[m], float(minis[m][1])) if m < len(minis) else ([], 0.0)
                 passes = self._max_over_ranks(len(own))
                 for index in range(passes):
-                    if engine is not None:  # DeepSpeed reduces gradients at its boundary: the last micro-batch
+                    if (
+                        engine is not None
+                    ):  # DeepSpeed reduces gradients at its boundary: the last micro-batch
                         engine.set_gradient_accumulation_boundary(index == passes - 1)
                     if index >= len(own):
                         with clock("time/backward_s"):
@@ -363,8 +415,11 @@ class PolicyModule(LightningModule):
                     fresh = [i for i, r in enumerate(rows.tolist()) if r not in seen]
                     if epoch == 0 and fresh:  # trainer vs engine, same weights
                         seen.update(rows[fresh].tolist())
-                        mismatch.add(micro.old_logprobs[fresh], micro.sampling_logprobs[fresh],
-                                     micro.completion_mask[fresh])
+                        mismatch.add(
+                            micro.old_logprobs[fresh],
+                            micro.sampling_logprobs[fresh],
+                            micro.completion_mask[fresh],
+                        )
                     trained += packed.real_tokens
                     with clock("time/forward_s"):
                         out = self.algorithm.loss(micro.to(self.device))
@@ -372,20 +427,26 @@ class PolicyModule(LightningModule):
                         self.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
                     # token weights are normalized over the (mini-)batch: its loss is the sum of
                     # the micro-batch losses; the other metrics are micro-batch means
-                    sums["train/loss"] = sums.get("train/loss", 0.0) + float(out.loss.detach()) * scale
+                    sums["train/loss"] = (
+                        sums.get("train/loss", 0.0) + float(out.loss.detach()) * scale
+                    )
                     micro_count += 1
                     for key, value in out.metrics.items():
                         sums[f"train/{key}"] = sums.get(f"train/{key}", 0.0) + float(value)
                 with clock("time/optimizer_s"):
                     self._optimizer_step(optimizer, scheduler, rates)
         optimizer_steps = self.algorithm.mu * steps
-        metrics = {k: torch.tensor(v / (optimizer_steps if k == "train/loss" else max(1, micro_count)))
-                   for k, v in sums.items()}
+        metrics = {
+            k: torch.tensor(v / (optimizer_steps if k == "train/loss" else max(1, micro_count)))
+            for k, v in sums.items()
+        }
         metrics.update(mismatch.metrics())
         # the mean rate of the step's optimizer steps (mu x mini-batches), read before each
         # scheduler.step(): after it the optimizer holds the next step's rate
         metrics["train/lr"] = torch.tensor(sum(rates) / len(rates))
-        metrics["tokens/trained"] = torch.tensor(trained)  # through forward and backward (this rank)
+        metrics["tokens/trained"] = torch.tensor(
+            trained
+        )  # through forward and backward (this rank)
         metrics.update(clock.metrics())
         if steps > 1:
             metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
@@ -397,15 +458,18 @@ class PolicyModule(LightningModule):
             if is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
                 self.model.clip_grad_norm_(self.max_grad_norm)
             else:  # under DeepSpeed this is a no-op: the engine clips (see ``setup``)
-                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm,
-                                    gradient_clip_algorithm="norm")
+                self.clip_gradients(
+                    optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm"
+                )
         rates.append(optimizer.param_groups[0]["lr"])  # the rate this optimizer step uses
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if scheduler is not None:
             scheduler.step()
 
-    def _micro_slices(self, batch: TrainBatch, rows: torch.Tensor, width: int) -> list[torch.Tensor]:
+    def _micro_slices(
+        self, batch: TrainBatch, rows: torch.Tensor, width: int
+    ) -> list[torch.Tensor]:
         """Micro-batches of ``rows`` within ``micro_batch_tokens`` packed token positions and
         ``micro_batch_size`` rows (:func:`~lit_rag.modules.packing.plan_micro_batches`): a
         group's rows together (they share their prompt), longest first (the least padding).
@@ -417,8 +481,14 @@ class PolicyModule(LightningModule):
         max_rows = None
         if self.micro_batch_size is not None:
             max_rows = max(unit, self.micro_batch_size - self.micro_batch_size % unit)
-        plan = plan_micro_batches([p for p, _ in split], [len(c) for _, c in split], self.micro_batch_tokens,
-                                  max_rows=max_rows, row_group=unit, share=self.share_prefix)
+        plan = plan_micro_batches(
+            [p for p, _ in split],
+            [len(c) for _, c in split],
+            self.micro_batch_tokens,
+            max_rows=max_rows,
+            row_group=unit,
+            share=self.share_prefix,
+        )
         return [rows[torch.tensor(micro, dtype=torch.long)] for micro in plan]
 
     def _any_rank(self, flag: bool) -> bool:
@@ -428,13 +498,19 @@ class PolicyModule(LightningModule):
     def _max_over_ranks(self, n: int) -> int:
         if self._trainer is None or self.trainer.world_size < 2:
             return n
-        value = self.trainer.strategy.reduce(torch.tensor(float(n), device=self.device), reduce_op="max")
+        value = self.trainer.strategy.reduce(
+            torch.tensor(float(n), device=self.device), reduce_op="max"
+        )
         return int(value.item())
 
     def _idle_batch(self) -> TrainBatch:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return TrainBatch(input_ids=torch.full((1, 2), pad, dtype=torch.long), attention_mask=torch.ones(1, 2, dtype=torch.long),
-                          completion_mask=torch.zeros(1, 1), sampling_logprobs=torch.zeros(1, 1))
+        return TrainBatch(
+            input_ids=torch.full((1, 2), pad, dtype=torch.long),
+            attention_mask=torch.ones(1, 2, dtype=torch.long),
+            completion_mask=torch.zeros(1, 1),
+            sampling_logprobs=torch.zeros(1, 1),
+        )
 
     def _idle_loss(self) -> torch.Tensor:
         """Zero times the log-prob of one token: a backward pass through every trainable
@@ -459,7 +535,9 @@ class PolicyModule(LightningModule):
         self.validation_step(batch, batch_idx)
 
     # ---- bookkeeping ---------------------------------------------------------------------
-    def _rollout_metrics(self, trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str) -> dict:
+    def _rollout_metrics(
+        self, trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str
+    ) -> dict:
         lengths = torch.tensor([float(t.num_generated) for t in trajectories])
 
         def per_trajectory(values: torch.Tensor) -> torch.Tensor:  # step-level [N, T]: the return
@@ -470,12 +548,16 @@ class PolicyModule(LightningModule):
             metrics[f"{prefix}/{name}"] = per_trajectory(values).mean()
         head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
         metrics[f"{head}/completion_length"] = lengths.mean()
-        metrics[f"{head}/truncated_fraction"] = torch.tensor([float(t.truncated) for t in trajectories]).mean()
+        metrics[f"{head}/truncated_fraction"] = torch.tensor(
+            [float(t.truncated) for t in trajectories]
+        ).mean()
         for name, value in self.environment.metrics(trajectories).items():
             metrics[f"{head}/{name}"] = value
         return metrics
 
-    def _log(self, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False) -> None:
+    def _log(
+        self, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False
+    ) -> None:
         """Log a step's metrics, reduced across ranks (mean) where every rank has the metric.
 
         The ranks' metric sets can differ (a rank without preference pairs has no DPO margin);
@@ -494,28 +576,46 @@ class PolicyModule(LightningModule):
         for key in sorted(metrics, key=lambda k: (k not in shared, k)):  # same order on every rank
             value = metrics[key]
             self.log(
-                key, value.float() if torch.is_tensor(value) else float(value), on_step=on_step,
-                on_epoch=on_epoch, batch_size=batch_size, sync_dist=world > 1 and key in shared,
+                key,
+                value.float() if torch.is_tensor(value) else float(value),
+                on_step=on_step,
+                on_epoch=on_epoch,
+                batch_size=batch_size,
+                sync_dist=world > 1 and key in shared,
                 prog_bar=key in ("reward/total", "train/kl", "val/reward/total"),
             )
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay, betas=self.betas)
+        optimizer = torch.optim.AdamW(
+            params, lr=self.lr, weight_decay=self.weight_decay, betas=self.betas
+        )
         self._schedule = self._planned_schedule()
         self._apply_stored_schedule()  # resuming (restored before this hook): the checkpoint's plan
-        plan = self._schedule  # read at every step: a plan restored after this hook updates it in place
+        plan = (
+            self._schedule
+        )  # read at every step: a plan restored after this hook updates it in place
 
-        def factor(step: int) -> float:  # LambdaLR does not save this function: the plan is in the checkpoint
+        def factor(
+            step: int,
+        ) -> float:  # LambdaLR does not save this function: the plan is in the checkpoint
             return lr_factor(step, plan["kind"], plan["warmup"], plan["total"])
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
 
     def _planned_schedule(self) -> dict:
         """This run's learning-rate plan (see :func:`plan_schedule`)."""
-        return plan_schedule(self.trainer, self.lr_schedule, self.warmup_steps,
-                             self.algorithm.mu * self.algorithm.steps_per_pass, self.warmup_ratio)
+        return plan_schedule(
+            self.trainer,
+            self.lr_schedule,
+            self.warmup_steps,
+            self.algorithm.mu * self.algorithm.steps_per_pass,
+            self.warmup_ratio,
+        )
 
     def _apply_stored_schedule(self) -> None:
         """A resumed run follows the plan its checkpoint was made with (see :func:`keep_stored_plan`)."""
@@ -532,10 +632,18 @@ class PolicyModule(LightningModule):
             torch.distributed.all_gather_object(ranks, checkpoint["rng_states"])
             checkpoint["rng_states"]["ranks"] = ranks
         if self.policy_config.lora is not None:  # adapters only; the base reloads from its path
-            trainable = {f"model.{strip_wrappers(n)}" for n, p in self.model.named_parameters() if p.requires_grad}
-            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+            trainable = {
+                f"model.{strip_wrappers(n)}"
+                for n, p in self.model.named_parameters()
+                if p.requires_grad
+            }
+            checkpoint["state_dict"] = {
+                k: v for k, v in checkpoint["state_dict"].items() if k in trainable
+            }
         checkpoint["lit_rag"] = {"policy": asdict(self.policy_config)}
-        if self._schedule is not None:  # LambdaLR's state has the step, not the plan its factor reads
+        if (
+            self._schedule is not None
+        ):  # LambdaLR's state has the step, not the plan its factor reads
             checkpoint["lit_rag"]["schedule"] = dict(self._schedule)
         for name, plugin in self._stateful_plugins().items():  # e.g. DPO's stored pairs
             state = plugin.state_dict()
@@ -544,8 +652,12 @@ class PolicyModule(LightningModule):
 
     def _stateful_plugins(self) -> dict:
         """The plugins whose ``state_dict`` the checkpoint carries, by checkpoint key."""
-        return {"algorithm": self.algorithm, "reward": self.reward, "environment": self.environment,
-                "engine": self.engine}
+        return {
+            "algorithm": self.algorithm,
+            "reward": self.reward,
+            "environment": self.environment,
+            "engine": self.engine,
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         stored = checkpoint.get("lit_rag", {})
@@ -553,7 +665,9 @@ class PolicyModule(LightningModule):
             if stored.get(name) is not None:
                 plugin.load_state_dict(stored[name])
         schedule = checkpoint.get("lit_rag", {}).get("schedule")
-        if schedule is not None:  # before configure_optimizers (most strategies) or after (FSDP, DeepSpeed)
+        if (
+            schedule is not None
+        ):  # before configure_optimizers (most strategies) or after (FSDP, DeepSpeed)
             self._stored_schedule = dict(schedule)
             self._apply_stored_schedule()
         states = checkpoint.get("rng_states")
@@ -574,6 +688,11 @@ def _rng_states() -> dict:
     return {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": [str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
-                  float(gauss)],
+        "numpy": [
+            str(name),
+            torch.from_numpy(keys.astype(np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(gauss),
+        ],
     }

@@ -81,12 +81,21 @@ def _register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
 
 
-def _sdpa(query, key, value, mask, dropout: float, scaling: float | None, causal: bool) -> torch.Tensor:
+def _sdpa(
+    query, key, value, mask, dropout: float, scaling: float | None, causal: bool
+) -> torch.Tensor:
     """``[b, q, H, D]`` attention output. Grouped key/value heads are not repeated (``enable_gqa``:
     on the CPU with a mask as fast as the repeated form or faster, and no copy)."""
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                         is_causal=causal, scale=scaling,
-                                         enable_gqa=query.shape[1] != key.shape[1])
+    out = F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=mask,
+        dropout_p=dropout,
+        is_causal=causal,
+        scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )
     return out.transpose(1, 2)
 
 
@@ -95,9 +104,18 @@ def _each(x: torch.Tensor, segments: tuple[tuple[int, int], ...], width: int) ->
     return torch.cat([F.pad(x[:, :, s : s + c], (0, 0, 0, width - c)) for s, c in segments])
 
 
-def prefix_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                is_causal: bool | None = None, shared_prefix: Layout | None = None, **kwargs):
+def prefix_sdpa(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    shared_prefix: Layout | None = None,
+    **kwargs,
+):
     """transformers attention function: SDPA, split by prompt and completions when given a layout.
 
     ``query``: ``[R, H, L, D]``; ``key``, ``value``: ``[R, H_kv, L, D]``. Returns ``([R, L, H, D],
@@ -106,23 +124,47 @@ def prefix_sdpa(module, query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     if shared_prefix is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
     _, heads, length, dim = query.shape
     rows = []
     for r, (p, segments) in enumerate(zip(shared_prefix.prompts, shared_prefix.completions)):
         q, k, v = query[r : r + 1], key[r : r + 1], value[r : r + 1]
-        pieces = [_sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]]  # [p, H, D]
+        pieces = [
+            _sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]
+        ]  # [p, H, D]
         if segments:
             n, width = len(segments), max(c for _, c in segments)
-            keys = torch.cat([k[:, :, :p].expand(n, -1, -1, -1), _each(k, segments, width)], 2)  # [n, H_kv, p + width, D]
+            keys = torch.cat(
+                [k[:, :, :p].expand(n, -1, -1, -1), _each(k, segments, width)], 2
+            )  # [n, H_kv, p + width, D]
             values = torch.cat([v[:, :, :p].expand(n, -1, -1, -1), _each(v, segments, width)], 2)
             lengths = torch.tensor([c for _, c in segments], device=query.device)
-            own = torch.ones(width, width, dtype=torch.bool, device=query.device).tril()  # [width, width]
-            real = torch.arange(width, device=query.device) < lengths[:, None]  # [n, width] key is a token
-            allowed = torch.cat([torch.ones(n, width, p, dtype=torch.bool, device=query.device),
-                                 own & real[:, None, :]], 2).unsqueeze(1)  # [n, 1, width, p + width]
-            out = _sdpa(_each(q, segments, width), keys, values, allowed, dropout, scaling, False)  # [n, width, H, D]
+            own = torch.ones(
+                width, width, dtype=torch.bool, device=query.device
+            ).tril()  # [width, width]
+            real = (
+                torch.arange(width, device=query.device) < lengths[:, None]
+            )  # [n, width] key is a token
+            allowed = torch.cat(
+                [
+                    torch.ones(n, width, p, dtype=torch.bool, device=query.device),
+                    own & real[:, None, :],
+                ],
+                2,
+            ).unsqueeze(1)  # [n, 1, width, p + width]
+            out = _sdpa(
+                _each(q, segments, width), keys, values, allowed, dropout, scaling, False
+            )  # [n, width, H, D]
             pieces += [out[j, :c] for j, (_, c) in enumerate(segments)]
         used = p + sum(c for _, c in segments)
         if used < length:  # padding of the micro-batch: attends nowhere, read by nothing

@@ -42,7 +42,9 @@ OBJECTIVES = ("overall", "per_component")
 VIEWS = ("prefix", "branch")
 
 
-def pairwise_loss(chosen: torch.Tensor, rejected: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
+def pairwise_loss(
+    chosen: torch.Tensor, rejected: torch.Tensor, signs: torch.Tensor | None = None
+) -> torch.Tensor:
     """``-mean_k log sigmoid(s_k * (f_k(x+) - f_k(x-)))`` averaged over pairs; scores ``[P, K]``.
 
     Heads whose sign is 0 for a pair are left out of that pair's mean.
@@ -65,7 +67,9 @@ def read_pairs(path: str | Path) -> list[dict]:
             row = json.loads(line)
             missing = [k for k in ("chosen", "rejected") if not isinstance(row.get(k), str)]
             if missing:
-                raise ValueError(f"{path}:{line_no}: preference pair lacks {', '.join(missing)} (text fields)")
+                raise ValueError(
+                    f"{path}:{line_no}: preference pair lacks {', '.join(missing)} (text fields)"
+                )
             rows.append(row)
     return rows
 
@@ -96,9 +100,12 @@ def trajectory_text(trajectory: Trajectory, view: str = "prefix") -> str:
     return f"{trajectory.prompt_text}\n" + "\n".join(_step_text(s) for s in steps)
 
 
-
-def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, threshold: float = 0.3,
-                  view: str = "prefix") -> list[dict]:
+def sibling_pairs(
+    trajectories: list[Trajectory],
+    rewards: RewardBreakdown,
+    threshold: float = 0.3,
+    view: str = "prefix",
+) -> list[dict]:
     """Reward-model pairs (Section 3.3): every ordered pair of siblings at one state (same
     ``meta["state"]``) that took different actions there and whose weighted returns differ by at
     least ``threshold`` (Delta = 0.3).
@@ -110,7 +117,9 @@ def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, thre
     """
     total = rewards.total.float()
     returns = total.sum(-1) if total.dim() == 2 else total
-    per_component = [v.float().sum(-1) if v.dim() == 2 else v.float() for v in rewards.components.values()]
+    per_component = [
+        v.float().sum(-1) if v.dim() == 2 else v.float() for v in rewards.components.values()
+    ]
     states: dict[tuple[str, object], list[int]] = {}
     for i, t in enumerate(trajectories):
         states.setdefault((t.example.id, t.meta.get("state", t.group)), []).append(i)
@@ -119,13 +128,20 @@ def sibling_pairs(trajectories: list[Trajectory], rewards: RewardBreakdown, thre
         for a in members:
             for b in members:
                 gap = float(returns[a] - returns[b])
-                if a != b and gap >= threshold and not trajectories[a].same_completion(trajectories[b]):
-                    rows.append({
-                        "chosen": trajectory_text(trajectories[a], view),
-                        "rejected": trajectory_text(trajectories[b], view),
-                        "margin": gap, "signs": [float(torch.sign(c[a] - c[b])) for c in per_component],
-                        "question": trajectories[a].example.id,
-                    })
+                if (
+                    a != b
+                    and gap >= threshold
+                    and not trajectories[a].same_completion(trajectories[b])
+                ):
+                    rows.append(
+                        {
+                            "chosen": trajectory_text(trajectories[a], view),
+                            "rejected": trajectory_text(trajectories[b], view),
+                            "margin": gap,
+                            "signs": [float(torch.sign(c[a] - c[b])) for c in per_component],
+                            "question": trajectories[a].example.id,
+                        }
+                    )
     return rows
 
 
@@ -143,8 +159,12 @@ class PairDataModule(L.LightningDataModule):
         self.train, self.val, self.batch_size = train, val, batch_size
 
     def _loader(self, path: str, shuffle: bool) -> DataLoader:
-        return DataLoader(read_pairs(path), batch_size=self.batch_size, shuffle=shuffle,  # type: ignore[arg-type]
-                          collate_fn=lambda rows: rows)
+        return DataLoader(
+            read_pairs(path),
+            batch_size=self.batch_size,
+            shuffle=shuffle,  # type: ignore[arg-type]
+            collate_fn=lambda rows: rows,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train, shuffle=True)
@@ -179,9 +199,13 @@ class RewardModelModule(L.LightningModule):
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
-            raise ValueError(f"reward model pooling '{pooling}' is not known; allowed: {', '.join(POOLING)}")
+            raise ValueError(
+                f"reward model pooling '{pooling}' is not known; allowed: {', '.join(POOLING)}"
+            )
         if objective not in OBJECTIVES:
-            raise ValueError(f"reward model objective '{objective}' is not known; allowed: {', '.join(OBJECTIVES)}")
+            raise ValueError(
+                f"reward model objective '{objective}' is not known; allowed: {', '.join(OBJECTIVES)}"
+            )
         self.objective = objective
         self.encoder_config = encoder
         self.num_heads = 1 if single_head else heads
@@ -209,9 +233,15 @@ class RewardModelModule(L.LightningModule):
         if self.heads is not None and next(encoder.parameters()).device != self.heads.weight.device:
             encoder.to(self.heads.weight.device)
         device = next(encoder.parameters()).device
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length)
+        enc = self.tokenizer(
+            texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length
+        )
         ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
-        hidden = encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1].float()
+        hidden = (
+            encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            .hidden_states[-1]
+            .float()
+        )
         if self.pooling == "last":  # left padding: the last column is every row's last token
             return hidden[:, -1]
         m = mask.unsqueeze(-1).float()
@@ -233,8 +263,12 @@ class RewardModelModule(L.LightningModule):
         if self.objective == "per_component" and self.num_heads > 1:
             missing = sum("signs" not in row for row in batch)
             if missing:
-                raise ValueError(f"reward model objective per_component needs 'signs' in every pair; {missing} lack it")
-            signs = torch.tensor([row["signs"] for row in batch], dtype=torch.float32, device=chosen.device)
+                raise ValueError(
+                    f"reward model objective per_component needs 'signs' in every pair; {missing} lack it"
+                )
+            signs = torch.tensor(
+                [row["signs"] for row in batch], dtype=torch.float32, device=chosen.device
+            )
         loss = pairwise_loss(chosen, rejected, signs)
         accuracy = ((chosen.sum(-1) - rejected.sum(-1)) > 0).float().mean()
         return loss, accuracy
@@ -253,5 +287,9 @@ class RewardModelModule(L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.AdamW(self.heads.parameters(), lr=self.lr)
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:  # heads only: the encoder reloads from its path
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("heads.")}
+    def on_save_checkpoint(
+        self, checkpoint: dict
+    ) -> None:  # heads only: the encoder reloads from its path
+        checkpoint["state_dict"] = {
+            k: v for k, v in checkpoint["state_dict"].items() if k.startswith("heads.")
+        }

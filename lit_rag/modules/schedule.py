@@ -46,8 +46,10 @@ def plan_schedule(trainer, kind: str, warmup: int, mu: int, warmup_ratio: float 
     if math.isinf(batches):
         if kind != "constant" or warmup_ratio:
             what = f"lr_schedule '{kind}'" if kind != "constant" else f"warmup_ratio {warmup_ratio}"
-            raise InputError(f"model {what} needs a run of known length: "
-                             "set trainer.max_steps or trainer.max_epochs")
+            raise InputError(
+                f"model {what} needs a run of known length: "
+                "set trainer.max_steps or trainer.max_epochs"
+            )
         total = 1
     else:
         total = int(batches) * mu
@@ -65,12 +67,17 @@ def keep_stored_plan(stored: dict, plan: dict) -> None:
     ``max_steps`` (or warm-up, or kind) is told so in one warning line and keeps the stored plan
     (after its length a cosine or linear rate stays 0).
     """
-    matters = ("kind", "warmup") if stored["kind"] == "constant" == plan["kind"] else ("kind", "warmup", "total")
+    matters = (
+        ("kind", "warmup")
+        if stored["kind"] == "constant" == plan["kind"]
+        else ("kind", "warmup", "total")
+    )
     if any(stored[key] != plan[key] for key in matters):
         ends = stored["kind"] != "constant" and plan["total"] > stored["total"]
         rank_zero_warn(
             f"resuming a {stored['kind']} learning-rate schedule planned for {stored['total']} optimizer steps "
             f"(warm-up {stored['warmup']}); this run's settings plan {plan['kind']}, {plan['total']} steps "
             f"(warm-up {plan['warmup']}): the schedule keeps the checkpoint's plan"
-            + (f", so the rate is 0 after step {stored['total']}" if ends else ""))
+            + (f", so the rate is 0 after step {stored['total']}" if ends else "")
+        )
     plan.update(stored)

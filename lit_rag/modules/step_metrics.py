@@ -48,8 +48,10 @@ class Mismatch:
     def metrics(self) -> dict[str, torch.Tensor]:
         if not self.count:
             return {}
-        return {"rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
-                "rollout/logprob_diff_max": torch.tensor(self.max)}
+        return {
+            "rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
+            "rollout/logprob_diff_max": torch.tensor(self.max),
+        }
 
 
 def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
@@ -58,10 +60,14 @@ def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
     micro-batch or allocator fragmentation, not a leak."""
     import resource
 
-    metrics = {"mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)}
+    metrics = {
+        "mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    }
     try:
         with open("/proc/self/statm") as statm:  # Linux; elsewhere the peak alone
-            metrics["mem/rss_gib"] = torch.tensor(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30)
+            metrics["mem/rss_gib"] = torch.tensor(
+                int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+            )
     except OSError:
         pass
     if device.type == "cuda":

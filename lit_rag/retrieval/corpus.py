@@ -175,9 +175,7 @@ def read_corpus(path: str | Path, format: str = "auto") -> list[Passage]:
         DatasetFormatError: A row is malformed (message names ``file:line`` and the field).
     """
     if format not in CORPUS_FORMATS:
-        raise InputError(
-            f"unknown corpus format '{format}'; allowed: {', '.join(CORPUS_FORMATS)}"
-        )
+        raise InputError(f"unknown corpus format '{format}'; allowed: {', '.join(CORPUS_FORMATS)}")
     spec = str(path)
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return _synthetic_corpus(spec)
@@ -196,7 +194,9 @@ def _synthetic_corpus(spec: str) -> list[Passage]:
     try:
         value = int(seed) if seed else 0
     except ValueError:
-        raise InputError(f"corpus '{spec}': the synthetic world seed must be an integer (synthetic:SEED)") from None
+        raise InputError(
+            f"corpus '{spec}': the synthetic world seed must be an integer (synthetic:SEED)"
+        ) from None
     return SyntheticWorld(seed=value).corpus()
 
 

@@ -124,7 +124,9 @@ class Manifest:
         if directory.exists() and not directory.is_dir():
             raise IndexNotFoundError(f"{directory} is a file, not an index folder")
         if not directory.is_dir():
-            raise IndexNotFoundError(f"index folder not found: {directory}{_interrupted_hint(directory)}")
+            raise IndexNotFoundError(
+                f"index folder not found: {directory}{_interrupted_hint(directory)}"
+            )
         path = directory / MANIFEST_NAME
         if not path.is_file():
             raise IndexNotFoundError(
@@ -134,7 +136,9 @@ class Manifest:
         data = _parse_json(path.read_bytes(), path, None, "the manifest")
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict):
-            raise IndexCorruptError(f"{path}: manifest must be a JSON object, got {type(data).__name__}")
+            raise IndexCorruptError(
+                f"{path}: manifest must be a JSON object, got {type(data).__name__}"
+            )
         missing = [n for n in names[:4] if n not in data]
         if missing:
             raise IndexCorruptError(
@@ -142,13 +146,19 @@ class Manifest:
             )
         for name in names:
             value = data.get(name)
-            if name in data and (not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool)):
-                allowed = " or ".join("null" if t is type(None) else t.__name__ for t in _FIELD_TYPES[name])
+            if name in data and (
+                not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool)
+            ):
+                allowed = " or ".join(
+                    "null" if t is type(None) else t.__name__ for t in _FIELD_TYPES[name]
+                )
                 raise IndexCorruptError(
                     f"{path}: field '{name}' must be {allowed}, got {type(value).__name__} {value!r:.40}"
                 )
         if data["passage_count"] < 0:
-            raise IndexCorruptError(f"{path}: field 'passage_count' must be >= 0, got {data['passage_count']}")
+            raise IndexCorruptError(
+                f"{path}: field 'passage_count' must be >= 0, got {data['passage_count']}"
+            )
         return cls(**{n: data[n] for n in names if n in data})
 
     def check_files(self, directory: str | Path) -> None:
@@ -165,7 +175,9 @@ class Manifest:
         for name, want in self.files.items():
             path = _inside(directory, name, where)
             if not isinstance(want, dict) or not isinstance(want.get("bytes"), int):
-                raise IndexCorruptError(f"{where}: files['{name}'] must be {{\"bytes\": N, ...}}, got {want!r:.60}")
+                raise IndexCorruptError(
+                    f"{where}: files['{name}'] must be {{\"bytes\": N, ...}}, got {want!r:.60}"
+                )
             if not path.is_file():
                 raise IndexCorruptError(f"{path}: missing; {where} records it: {_REBUILD}")
             size = path.stat().st_size
@@ -267,7 +279,9 @@ def _sha256(path: Path) -> str:
 def _inside(directory: Path, name: str, where: Path) -> Path:
     """``directory / name`` for a relative path that stays inside ``directory``."""
     if not name or Path(name).is_absolute() or ".." in Path(name).parts:
-        raise IndexCorruptError(f"{where}: file name {name!r} must be a relative path inside the index")
+        raise IndexCorruptError(
+            f"{where}: file name {name!r} must be a relative path inside the index"
+        )
     return directory / name
 
 
@@ -300,7 +314,7 @@ def _read_passage_lines(path: Path) -> list[Passage]:
                 isinstance(row.get(key), str) for key in ("id", "title", "text")
             ):
                 raise IndexCorruptError(
-                    f"{path}:{number}: expected {{\"id\", \"title\", \"text\"}} strings, got "
+                    f'{path}:{number}: expected {{"id", "title", "text"}} strings, got '
                     f"{raw[:60].decode('utf-8', 'replace')!r}; {_REBUILD}"
                 )
             passages.append(Passage(id=row["id"], title=row["title"], text=row["text"]))
@@ -309,8 +323,14 @@ def _read_passage_lines(path: Path) -> list[Passage]:
 
 def _interrupted_hint(directory: Path) -> str:
     """Point at the previous index an interrupted ``index build`` set aside, if there is one."""
-    aside = sorted(directory.parent.glob(f".{directory.name}.old-*")) if directory.parent.is_dir() else []
+    aside = (
+        sorted(directory.parent.glob(f".{directory.name}.old-*"))
+        if directory.parent.is_dir()
+        else []
+    )
     if not aside:
         return ""
-    return (f" (an interrupted lit-rag index build left the previous index at {aside[-1]}; "
-            "run the build again, which puts it back first, or rename it)")
+    return (
+        f" (an interrupted lit-rag index build left the previous index at {aside[-1]}; "
+        "run the build again, which puts it back first, or rename it)"
+    )

@@ -44,8 +44,7 @@ class QueryRequest(BaseModel):
     return_scores: bool = False
 
 
-def create_app(retriever: Retriever, topk: int = 3, max_queries: int = 4096,
-               name: str = "") -> Any:
+def create_app(retriever: Retriever, topk: int = 3, max_queries: int = 4096, name: str = "") -> Any:
     """The FastAPI application serving ``retriever``.
 
     Args:
@@ -66,8 +65,11 @@ def create_app(retriever: Retriever, topk: int = 3, max_queries: int = 4096,
         if not 1 <= k <= MAX_TOPK:
             raise HTTPException(422, f"topk: got {k}; expected 1 to {MAX_TOPK}")
         if len(request.queries) > max_queries:
-            raise HTTPException(422, f"queries: got {len(request.queries)}; this server takes at "
-                                     f"most {max_queries} a request (--max-queries)")
+            raise HTTPException(
+                422,
+                f"queries: got {len(request.queries)}; this server takes at "
+                f"most {max_queries} a request (--max-queries)",
+            )
         try:
             with lock:
                 ranked = retriever.search(request.queries, k)
@@ -77,8 +79,13 @@ def create_app(retriever: Retriever, topk: int = 3, max_queries: int = 4096,
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "index": name, "retriever": retriever.kind, "passages": passages,
-                "topk": topk}
+        return {
+            "status": "ok",
+            "index": name,
+            "retriever": retriever.kind,
+            "passages": passages,
+            "topk": topk,
+        }
 
     return app
 
@@ -88,8 +95,12 @@ def _entry(hit: Hit, with_score: bool) -> dict:
     from lit_rag.retrieval.corpus import join_contents
 
     p = hit.passage
-    document = {"id": p.id, "contents": join_contents(p.title, p.text), "title": p.title,
-                "text": p.text}
+    document = {
+        "id": p.id,
+        "contents": join_contents(p.title, p.text),
+        "title": p.title,
+        "text": p.text,
+    }
     return {"document": document, "score": hit.score} if with_score else document
 
 
@@ -108,8 +119,10 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise InputError(f"--host {host} --port {port}: cannot listen there ({err.strerror}); "
-                         "pick another --port (0 picks a free one)") from None
+        raise InputError(
+            f"--host {host} --port {port}: cannot listen there ({err.strerror}); "
+            "pick another --port (0 picks a free one)"
+        ) from None
     except (OverflowError, TypeError) as err:
         sock.close()
         raise InputError(f"--port: got {port}; expected 0 to 65535 ({err})") from None
@@ -118,8 +131,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(retriever: Retriever, host: str, port: int, topk: int = 3, max_queries: int = 4096,
-          name: str = "") -> None:
+def serve(
+    retriever: Retriever,
+    host: str,
+    port: int,
+    topk: int = 3,
+    max_queries: int = 4096,
+    name: str = "",
+) -> None:
     """Serve ``retriever`` until interrupted.
 
     Prints ``serving NAME (KIND, N passages) at http://HOST:PORT/retrieve`` once listening.
@@ -133,8 +152,11 @@ def serve(retriever: Retriever, host: str, port: int, topk: int = 3, max_queries
     real_host, real_port = sock.getsockname()[:2]
     shown = f"[{real_host}]" if ":" in real_host else real_host
     passages = retriever.passage_count() or 0
-    print(f"serving {name} ({retriever.kind}, {passages} passages) at "
-          f"http://{shown}:{real_port}/retrieve", flush=True)
+    print(
+        f"serving {name} ({retriever.kind}, {passages} passages) at "
+        f"http://{shown}:{real_port}/retrieve",
+        flush=True,
+    )
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     # uvicorn stops cleanly on SIGINT or SIGTERM, then raises the signal again with the
     # handlers it found: make SIGTERM's, like SIGINT's, a KeyboardInterrupt we end on

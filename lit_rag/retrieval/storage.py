@@ -105,8 +105,12 @@ def build_missing_index(out: str | Path, corpus: str, retriever: Retriever) -> b
         if (out / MANIFEST_NAME).is_file():  # built by the process we waited for
             return False
         _check_out(out)
-        print(f"lit-rag: index {out} not found; building it from corpus {corpus!r} "
-              f"({retriever.kind or type(retriever).__name__}), once", file=sys.stderr, flush=True)
+        print(
+            f"lit-rag: index {out} not found; building it from corpus {corpus!r} "
+            f"({retriever.kind or type(retriever).__name__}), once",
+            file=sys.stderr,
+            flush=True,
+        )
         passages = read_corpus(corpus)
         parts = retriever.parts()
         for part in parts:
@@ -226,8 +230,13 @@ def _exchange(a: Path, b: Path) -> bool:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError, TypeError):
         return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                          ctypes.c_uint]
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
     at_fdcwd, rename_exchange = -100, 2  # <fcntl.h>, <linux/fs.h>
     if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
         return True

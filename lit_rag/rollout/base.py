@@ -34,7 +34,9 @@ class SamplingParams:
         problems = []
         if self.max_new_tokens < 1:
             problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:  # 0 is greedy; a negative value used to be taken as greedy silently
+        if (
+            self.temperature < 0
+        ):  # 0 is greedy; a negative value used to be taken as greedy silently
             problems.append(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
@@ -149,13 +151,20 @@ class RolloutEngine(ABC):
         queue = self._take_queue()
         groups: dict[str, list[tuple[int, list[int], SamplingParams]]] = {}
         for item in queue:
-            groups.setdefault(repr(replace(item[2], max_new_tokens=1)), []).append(item)  # the key: all but the budget
+            groups.setdefault(repr(replace(item[2], max_new_tokens=1)), []).append(
+                item
+            )  # the key: all but the budget
         done: list[tuple[int, Generation]] = []
         for items in groups.values():
             widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))
             generations = self.generate([prompt for _, prompt, _ in items], widest)
             done.extend(  # a row whose budget is the call's gets what generate gave
-                (t, g if p.max_new_tokens == widest.max_new_tokens else self._cut(g, p.max_new_tokens))
+                (
+                    t,
+                    g
+                    if p.max_new_tokens == widest.max_new_tokens
+                    else self._cut(g, p.max_new_tokens),
+                )
                 for (t, _, p), g in zip(items, generations)
             )
         return done
@@ -200,8 +209,16 @@ class RolloutEngine(ABC):
 
 
 #: the config attributes that give a model's context window, in the order vLLM reads them
-_WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")
+_WINDOW_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 
 def model_context_window(config: object) -> int | None:

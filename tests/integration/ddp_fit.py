@@ -53,15 +53,20 @@ class Recorder(Callback):
         step = StepOutput.of(outputs)
         trajectories, local = step.trajectories, step.metrics
         logged = trainer.callback_metrics
-        self.rows.append({
-            "step": trainer.global_step, "rank": trainer.global_rank,
-            "examples": [t.example.id for t in trajectories], "groups": [t.group for t in trajectories],
-            "local_reward": float(local["reward/total"]), "logged_reward": float(logged["reward/total"]),
-            "local_kl": float(local["train/kl"]) if "train/kl" in local else None,
-            "logged_kl": float(logged["train/kl"]) if "train/kl" in logged else None,
-            "global_kl": list(self.monitor.history[-1]) if self.monitor.history else None,
-            "should_stop": bool(trainer.should_stop),
-        })
+        self.rows.append(
+            {
+                "step": trainer.global_step,
+                "rank": trainer.global_rank,
+                "examples": [t.example.id for t in trajectories],
+                "groups": [t.group for t in trajectories],
+                "local_reward": float(local["reward/total"]),
+                "logged_reward": float(logged["reward/total"]),
+                "local_kl": float(local["train/kl"]) if "train/kl" in local else None,
+                "logged_kl": float(logged["train/kl"]) if "train/kl" in logged else None,
+                "global_kl": list(self.monitor.history[-1]) if self.monitor.history else None,
+                "should_stop": bool(trainer.should_stop),
+            }
+        )
 
 
 def main(out: Path, kind: str) -> None:
@@ -69,8 +74,13 @@ def main(out: Path, kind: str) -> None:
     lora = LoraSettings(r=4, alpha=8, dropout=0.0) if kind.endswith("lora") else None
     module = PolicyModule(
         policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2), lora=lora),
-        environment=SingleTurnEnvironment(), reward=EvenTokens(), algorithm=GRPO(beta=0.1),
-        group_size=3, sampling=SamplingParams(max_new_tokens=8), micro_batch_size=3, lr=5e-2,
+        environment=SingleTurnEnvironment(),
+        reward=EvenTokens(),
+        algorithm=GRPO(beta=0.1),
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=8),
+        micro_batch_size=3,
+        lr=5e-2,
     )
     data = QADataModule(num_train=16, num_val=2, batch_size=2, hops=[2], num_distractors=0)
     # stop once the global max KL exceeds a small threshold: step 0 has KL 0 (policy = reference)
@@ -79,9 +89,16 @@ def main(out: Path, kind: str) -> None:
     strategy = "ddp" if kind == "ddp" else CPUFSDP(process_group_backend="gloo")
     checkpoint = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0)
     trainer = L.Trainer(
-        strategy=strategy, accelerator="cpu", devices=2, max_steps=6, callbacks=[monitor, recorder, checkpoint],
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0,
+        strategy=strategy,
+        accelerator="cpu",
+        devices=2,
+        max_steps=6,
+        callbacks=[monitor, recorder, checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
     )
     trainer.fit(module, datamodule=data)
     out.mkdir(parents=True, exist_ok=True)

@@ -36,10 +36,10 @@ from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
 from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
+from lit_rag.plugins.engines.hf import HFEngine
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, SamplingParams
-from lit_rag.plugins.engines.hf import HFEngine
 from lit_rag.step import StepOutput
 from lit_rag.types import Passage, RewardBreakdown
 

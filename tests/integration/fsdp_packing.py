@@ -50,7 +50,9 @@ def _model(lora: bool) -> torch.nn.Module:
 def _run(model, batch, share: bool, through_forward: bool) -> tuple[torch.Tensor, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     packed = pack(batch.input_ids, batch.attention_mask, batch.width, share=share)
-    out = packed_logprobs(model, packed, temperature=0.7, chunk_tokens=5, through_forward=through_forward)
+    out = packed_logprobs(
+        model, packed, temperature=0.7, chunk_tokens=5, through_forward=through_forward
+    )
     weights = torch.linspace(0.5, 1.5, out.numel()).view_as(out)
     (out * batch.completion_mask * weights).sum().backward()
     return out.detach(), packed.layout is not None
@@ -62,8 +64,11 @@ def _grads(model) -> dict[str, torch.Tensor]:
     from lit_rag.rollout.weights import strip_wrappers
 
     with FSDP.summon_full_params(model, with_grads=True, writeback=False):
-        return {strip_wrappers(n): p.grad.detach().clone() for n, p in model.named_parameters()
-                if p.requires_grad and p.grad is not None}
+        return {
+            strip_wrappers(n): p.grad.detach().clone()
+            for n, p in model.named_parameters()
+            if p.requires_grad and p.grad is not None
+        }
 
 
 RTOL, ATOL = 1e-5, 1e-6  # as the unit tests of tests/unit/test_packing.py
@@ -92,18 +97,24 @@ def worker(rank: int, out_dir: str, kind: str) -> None:
     if rank == 0:
         whole = _model(lora)
         reference, _ = _run(whole, batch, share=False, through_forward=False)
-        reference_grads = {n: p.grad for n, p in whole.named_parameters() if p.requires_grad and p.grad is not None}
+        reference_grads = {
+            n: p.grad for n, p in whole.named_parameters() if p.requires_grad and p.grad is not None
+        }
         result = {
             "packed_a_group": had_layout,
-            "attention": sharded.module.config._attn_implementation if hasattr(sharded.module, "config")
+            "attention": sharded.module.config._attn_implementation
+            if hasattr(sharded.module, "config")
             else None,
             "logprobs_shared_vs_unshared": _relative(shared[mask], plain[mask]),
             "logprobs_shared_vs_unsharded_model": _relative(shared[mask], reference[mask]),
             "grad_names": sorted(shared_grads) == sorted(plain_grads) == sorted(reference_grads),
             "grads": len(shared_grads),
-            "grads_shared_vs_unshared": max(_relative(g, plain_grads[n]) for n, g in shared_grads.items()),
-            "grads_shared_vs_unsharded_model": max(_relative(g, reference_grads[n])
-                                                   for n, g in shared_grads.items()),
+            "grads_shared_vs_unshared": max(
+                _relative(g, plain_grads[n]) for n, g in shared_grads.items()
+            ),
+            "grads_shared_vs_unsharded_model": max(
+                _relative(g, reference_grads[n]) for n, g in shared_grads.items()
+            ),
         }
         Path(out_dir, "result.json").write_text(json.dumps(result))
     dist.barrier()

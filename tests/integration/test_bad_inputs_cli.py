@@ -24,11 +24,26 @@ TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
 def test_console_script_prints_one_line(overrides, fragment, tmp_path) -> None:
     (tmp_path / "empty.ckpt").write_bytes(b"")
     run = subprocess.run(
-        [sys.executable, "-m", "lit_rag", "fit", "--config", TINY, "--trainer.logger=false", *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "lit_rag",
+            "fit",
+            "--config",
+            TINY,
+            "--trainer.logger=false",
+            *overrides,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert [line for line in lines if line.startswith("lit-rag: error:")] == lines[-1:], run.stderr
-    assert set(lines[:-1]) <= {"Seed set to 0"}, run.stderr  # nothing else: no warning, no traceback
+    assert set(lines[:-1]) <= {"Seed set to 0"}, (
+        run.stderr
+    )  # nothing else: no warning, no traceback
     assert fragment in lines[-1]

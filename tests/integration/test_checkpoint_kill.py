@@ -61,11 +61,23 @@ def fit(ckpt_dir: Path, max_steps: int, save_last: str, ckpt_path: str | None = 
     module, data = build(lora=False)
     recorder = Recorder()
     link = save_last == "link"
-    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=2, save_top_k=-1 if link else 0,
-                                 save_last="link" if link else True)
-    trainer = Trainer(accelerator="cpu", max_steps=max_steps, logger=False, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                      default_root_dir=ckpt_dir.parent, callbacks=[recorder, checkpoint])
+    checkpoint = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        every_n_train_steps=2,
+        save_top_k=-1 if link else 0,
+        save_last="link" if link else True,
+    )
+    trainer = Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        default_root_dir=ckpt_dir.parent,
+        callbacks=[recorder, checkpoint],
+    )
     use_atomic_checkpoints(trainer)  # what the lit-rag command does after building the Trainer
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     recorder.last_path = checkpoint.last_model_path
@@ -118,11 +130,16 @@ def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
         return saves["n"] == save_index
 
     def in_folder(path) -> bool:
-        return isinstance(path, (str, os.PathLike)) and Path(path).resolve().parent == ckpt_dir.resolve()
+        return (
+            isinstance(path, (str, os.PathLike))
+            and Path(path).resolve().parent == ckpt_dir.resolve()
+        )
 
     if kill.startswith("bytes:"):
         limit, real_open = int(kill.split(":")[1]), builtins.open
-        shutil._USE_CP_SENDFILE = False  # the cross-filesystem copy writes through Python's file objects
+        shutil._USE_CP_SENDFILE = (
+            False  # the cross-filesystem copy writes through Python's file objects
+        )
 
         def open_(file, mode="r", *args, **kwargs):
             handle = real_open(file, mode, *args, **kwargs)
@@ -133,7 +150,9 @@ def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
             return handle
 
         builtins.open = open_
-    elif kill == "rename":  # the staging file is complete: os.replace (ours) or shutil.move (fsspec's commit)
+    elif (
+        kill == "rename"
+    ):  # the staging file is complete: os.replace (ours) or shutil.move (fsspec's commit)
         real_replace, real_move = os.replace, shutil.move
 
         def replace(src, dst, *args, **kwargs):
@@ -147,7 +166,9 @@ def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
             return real_move(src, dst, *args, **kwargs)
 
         os.replace, shutil.move = replace, move
-    elif kill == "link":  # Lightning removes last.ckpt, then links it; ours links a staging name, then renames
+    elif (
+        kill == "link"
+    ):  # Lightning removes last.ckpt, then links it; ours links a staging name, then renames
         real_symlink = os.symlink
 
         def symlink(src, dst, *args, **kwargs):
@@ -183,8 +204,14 @@ def test_killed_save_leaves_a_resumable_last_checkpoint(tmp_path, probe):
     tmpdir = _tmpfs_folder(tmp_path)
     try:
         env = {**os.environ, "TMPDIR": str(tmpdir), "OMP_NUM_THREADS": "1"}
-        done = subprocess.run([sys.executable, str(HERE), str(ckpt_dir), kill, str(save_index), save_last],
-                              check=False, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(HERE), str(ckpt_dir), kill, str(save_index), save_last],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]  # the probe fired
         leaked = sorted(p.name for p in tmpdir.iterdir())
     finally:
@@ -205,7 +232,9 @@ def test_killed_save_leaves_a_resumable_last_checkpoint(tmp_path, probe):
     # a resume from a linked last.ckpt writes last-v1.ckpt: the linked step-2 file's callback state
     # predates its link (Lightning's version counter), so read the path the callback reports
     assert torch.load(recorder.last_path, map_location="cpu", weights_only=True)["global_step"] == 6
-    assert _staging_files(ckpt_dir) == []  # the dead writer's staging file was removed by a later save
+    assert (
+        _staging_files(ckpt_dir) == []
+    )  # the dead writer's staging file was removed by a later save
 
 
 if __name__ == "__main__":

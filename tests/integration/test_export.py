@@ -17,7 +17,9 @@ from lit_rag.api import Reward, RewardBreakdown
 from lit_rag.cli import build_cli, main
 from lit_rag.modules.loading import TinyConfig
 
-TINY = TinyConfig(hidden_size=64, num_layers=2, num_heads=2)  # head size 32: vLLM's CPU kernels need >= 32
+TINY = TinyConfig(
+    hidden_size=64, num_layers=2, num_heads=2
+)  # head size 32: vLLM's CPU kernels need >= 32
 
 RECIPE = """
 seed_everything: 0
@@ -61,6 +63,8 @@ data:
   batch_size: 2
   num_distractors: 1
 """
+
+
 class CharacterReward(Reward):
     """Share of 'a' characters in the completion: varies between a random model's samples, so
     GRPO's advantages are not all 0 and two steps move the weights."""
@@ -100,8 +104,10 @@ def greedy(model, tokenizer, n: int = 12) -> list[list[int]]:
     with torch.no_grad():
         for text in prompts:
             ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-            row = model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None)
-            out.append(row[0, ids.shape[1]:].tolist())
+            row = model.generate(
+                ids, max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None
+            )
+            out.append(row[0, ids.shape[1] :].tolist())
     return out
 
 
@@ -114,12 +120,20 @@ def test_export_round_trip_transformers(tmp_path, base, lora):
     untrained = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     main(["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "out")])
     files = {p.name for p in (tmp_path / "out").iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer_config.json"} <= files
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer_config.json",
+    } <= files
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()
     # the trained policy moved (lr 5e-2), and the export is it, not the base
     assert greedy(exported, tokenizer) == greedy(policy, tokenizer)
-    moved = [n for n, p in exported.named_parameters()
-             if not torch.equal(p, dict(untrained.named_parameters())[n])]
+    moved = [
+        n
+        for n, p in exported.named_parameters()
+        if not torch.equal(p, dict(untrained.named_parameters())[n])
+    ]
     assert moved, "the exported weights equal the base: training was not exported"
     reloaded = AutoTokenizer.from_pretrained(tmp_path / "out")
     assert reloaded("a b c")["input_ids"] == tokenizer("a b c")["input_ids"]
@@ -133,8 +147,9 @@ def test_export_adapter_alone_loads_with_peft(tmp_path, base):
     main(["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "adapter"), "--adapter"])
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     assert not (tmp_path / "adapter" / "model.safetensors").exists()
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                                      tmp_path / "adapter").eval()
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), tmp_path / "adapter"
+    ).eval()
     tokenizer = AutoTokenizer.from_pretrained(base)
     assert greedy(model, tokenizer) == greedy(policy, tokenizer)
 
@@ -149,12 +164,23 @@ def test_export_loads_in_vllm_with_the_policys_greedy_output(tmp_path, base):
     main(["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "out")])
     tokenizer = AutoTokenizer.from_pretrained(base)
     expected = greedy(policy, tokenizer)
-    llm = LLM(model=str(tmp_path / "out"), dtype="float32", enforce_eager=True, max_model_len=256,
-              kv_cache_memory_bytes=2**28, block_size=32, seed=0)
+    llm = LLM(
+        model=str(tmp_path / "out"),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        kv_cache_memory_bytes=2**28,
+        block_size=32,
+        seed=0,
+    )
     try:
-        prompts = [{"prompt_token_ids": tokenizer(t, add_special_tokens=False)["input_ids"]}
-                   for t in ("Who founded the mill?", "Where was the founder born? [1] [2]")]
-        outs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+        prompts = [
+            {"prompt_token_ids": tokenizer(t, add_special_tokens=False)["input_ids"]}
+            for t in ("Who founded the mill?", "Where was the founder born? [1] [2]")
+        ]
+        outs = llm.generate(
+            prompts, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+        )
         assert [list(o.outputs[0].token_ids) for o in outs] == expected
     finally:
         del llm
@@ -166,15 +192,41 @@ def test_export_errors_are_one_line(tmp_path, base, capsys):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("x")
     cases = [
-        (["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "taken")], "exists and is not an empty"),
-        (["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "a"), "--adapter"], "--adapter needs a LoRA"),
-        (["export", str(tmp_path / "none.ckpt"), "--config", recipe, "--out", str(tmp_path / "b")], "does not exist"),
-        (["export", str(ckpt), "--out", str(tmp_path / "c")], "the following arguments are required: --config"),
+        (
+            ["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "taken")],
+            "exists and is not an empty",
+        ),
+        (
+            ["export", str(ckpt), "--config", recipe, "--out", str(tmp_path / "a"), "--adapter"],
+            "--adapter needs a LoRA",
+        ),
+        (
+            [
+                "export",
+                str(tmp_path / "none.ckpt"),
+                "--config",
+                recipe,
+                "--out",
+                str(tmp_path / "b"),
+            ],
+            "does not exist",
+        ),
+        (
+            ["export", str(ckpt), "--out", str(tmp_path / "c")],
+            "the following arguments are required: --config",
+        ),
     ]
     for args, fragment in cases:
         assert fragment in one_line_error(args, capsys)
     lora_recipe = tmp_path / "lora.yaml"
-    lora_recipe.write_text(Path(recipe).read_text().replace("    gradient_checkpointing: none\n",
-                                                             "    gradient_checkpointing: none\n" + LORA + "\n"))
-    message = one_line_error(["export", str(ckpt), "--config", str(lora_recipe), "--out", str(tmp_path / "d")], capsys)
+    lora_recipe.write_text(
+        Path(recipe)
+        .read_text()
+        .replace(
+            "    gradient_checkpointing: none\n", "    gradient_checkpointing: none\n" + LORA + "\n"
+        )
+    )
+    message = one_line_error(
+        ["export", str(ckpt), "--config", str(lora_recipe), "--out", str(tmp_path / "d")], capsys
+    )
     assert "weights the recipe's model has not" in message or "lacks" in message

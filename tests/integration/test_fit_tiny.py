@@ -32,12 +32,17 @@ def isolated(monkeypatch, tmp_path: Path):
 
 def fit(recipe: str, root: Path) -> list[dict[str, str]]:
     """Run ``lit-rag fit`` and return the rows of the single metrics.csv it writes."""
-    main([
-        "fit",
-        "--config", str(RECIPES / recipe),
-        "--trainer.default_root_dir", str(root),
-        "--trainer.logger.init_args.save_dir", str(root),
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(RECIPES / recipe),
+            "--trainer.default_root_dir",
+            str(root),
+            "--trainer.logger.init_args.save_dir",
+            str(root),
+        ]
+    )
     files = sorted(root.rglob("metrics.csv"))
     assert len(files) == 1, files
     with files[0].open(newline="") as f:
@@ -80,10 +85,28 @@ def test_fit_tiny_with_third_party_reward(tmp_path: Path) -> None:
 def test_fit_tiny_search_agent(tmp_path: Path) -> None:
     """The multi-turn environment through Lightning: index built by the CLI, 2 GRPO steps,
     episode statistics logged for training and validation."""
-    main(["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", "indexes/synthetic-bm25"])
+    main(
+        [
+            "index",
+            "build",
+            "--corpus",
+            "synthetic",
+            "--retriever",
+            "bm25",
+            "--out",
+            "indexes/synthetic-bm25",
+        ]
+    )
     rows = fit("tiny_search_agent.yaml", tmp_path / "run")
-    keys = ["reward/total", "reward/outcome", "reward/evaluation", "train/loss", "rollout/turns",
-            "rollout/invalid_actions", "rollout/response_length"]
+    keys = [
+        "reward/total",
+        "reward/outcome",
+        "reward/evaluation",
+        "train/loss",
+        "rollout/turns",
+        "rollout/invalid_actions",
+        "rollout/response_length",
+    ]
     steps = step_rows(rows, keys)
     assert len(steps) == 2
     # a random model never writes a complete action: every turn is invalid, up to max_turns
@@ -93,7 +116,14 @@ def test_fit_tiny_search_agent(tmp_path: Path) -> None:
 
 def test_fit_search_agent_without_index_is_one_clear_error(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
-        main(["fit", "--config", str(RECIPES / "tiny_search_agent.yaml"),
-              "--trainer.default_root_dir", str(tmp_path / "run")])
+        main(
+            [
+                "fit",
+                "--config",
+                str(RECIPES / "tiny_search_agent.yaml"),
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("lit-rag: error:") and "indexes/synthetic-bm25" in err[-1]

@@ -46,15 +46,20 @@ def free_vllm():
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora-merge"])
 def test_two_steps_with_the_vllm_engine(folder: str, tmp_path: Path, lora: bool) -> None:
     args = [
-        "--config", str(RECIPES / "tiny.yaml"),
-        "--model.policy.tiny=null", f"--model.policy.path={folder}",
-        "--model.engine=vllm", "--model.engine.init_args.dtype=float32",
-        "--model.engine.init_args.enforce_eager=true", "--model.engine.init_args.kv_cache_gib=0.25",
+        "--config",
+        str(RECIPES / "tiny.yaml"),
+        "--model.policy.tiny=null",
+        f"--model.policy.path={folder}",
+        "--model.engine=vllm",
+        "--model.engine.init_args.dtype=float32",
+        "--model.engine.init_args.enforce_eager=true",
+        "--model.engine.init_args.kv_cache_gib=0.25",
         "--model.engine.init_args.max_model_len=1024",
         "--model.reward=helpers.EvenTokenReward",  # varies within groups: every step learns
         "--model.lr=0.01",  # large, so the weights visibly move in two steps
         "--trainer.limit_val_batches=0",
-        f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
     ]
     if lora:
         args.append('--model.policy.lora={"r": 4, "alpha": 8, "dropout": 0.0}')
@@ -81,8 +86,13 @@ def test_two_steps_with_the_vllm_engine(folder: str, tmp_path: Path, lora: bool)
     prompt = tok("Who founded the company? [1] [2]", add_special_tokens=False)["input_ids"]
     out = engine.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))[0]
     with torch.no_grad():
-        expected = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False,
-                                  pad_token_id=tok.pad_token_id, eos_token_id=None)[0, len(prompt):]
+        expected = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=None,
+        )[0, len(prompt) :]
         ids = torch.tensor([prompt + out.token_ids.tolist()])
         mine = completion_logprobs(model, ids, torch.ones_like(ids), len(out.token_ids))[0]
     assert out.token_ids.tolist() == expected[: len(out.token_ids)].tolist()
@@ -100,23 +110,39 @@ def test_resume_with_the_vllm_engine_equals_uninterrupted(folder: str, tmp_path:
     from lit_rag.data.datamodule import QADataModule
     from lit_rag.modules.policy import PolicyModule
     from lit_rag.plugins.algorithms.grpo import GRPO
-    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.engines.vllm import VLLMEngine
+    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
 
     def fit(root: Path, ckpt: str | None = None) -> Recorder:
         seed_everything(7)
         module = PolicyModule(
-            policy=ModelConfig(path=folder), environment=SingleTurnEnvironment(), reward=CharacterReward(),
-            algorithm=GRPO(beta=0.04), group_size=3, micro_batch_size=4, lr=1e-2,
-            engine=VLLMEngine(dtype="float32", enforce_eager=True, kv_cache_gib=0.25, max_model_len=1024),
+            policy=ModelConfig(path=folder),
+            environment=SingleTurnEnvironment(),
+            reward=CharacterReward(),
+            algorithm=GRPO(beta=0.04),
+            group_size=3,
+            micro_batch_size=4,
+            lr=1e-2,
+            engine=VLLMEngine(
+                dtype="float32", enforce_eager=True, kv_cache_gib=0.25, max_model_len=1024
+            ),
             sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
         )
         data = QADataModule(num_train=40, num_val=2, batch_size=2, num_distractors=1, hops=[2])
         recorder = Recorder()
         trainer = Trainer(
-            accelerator="cpu", max_steps=4, logger=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, default_root_dir=root,
-            callbacks=[recorder, ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2, save_top_k=-1)],
+            accelerator="cpu",
+            max_steps=4,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            default_root_dir=root,
+            callbacks=[
+                recorder,
+                ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=2, save_top_k=-1),
+            ],
         )
         trainer.fit(module, datamodule=data, ckpt_path=ckpt)
         gc.collect()

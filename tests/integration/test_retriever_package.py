@@ -28,8 +28,21 @@ QUERY = "which region is Zedale in"
 def index(tmp_path_factory) -> Path:
     registry.clear_cache()
     out = tmp_path_factory.mktemp("tfidf") / "synthetic-tfidf"
-    main(["index", "build", "--corpus", "synthetic", "--retriever", "tfidf", "--out", str(out),
-          "--min-df", "1", "--sublinear-tf=false"])
+    main(
+        [
+            "index",
+            "build",
+            "--corpus",
+            "synthetic",
+            "--retriever",
+            "tfidf",
+            "--out",
+            str(out),
+            "--min-df",
+            "1",
+            "--sublinear-tf=false",
+        ]
+    )
     return out
 
 
@@ -66,19 +79,38 @@ def test_served_index_answers_as_the_index_does(index):
         code, _, _ = stop_index_server(process, signal.SIGTERM)
     local = lit_rag_tfidf.TfidfRetriever.load(index).search([QUERY, "Tamar Vesk born"], k=3)
     assert code == 0
-    assert [[h.passage.id for h in hits] for hits in served] == \
-        [[h.passage.id for h in hits] for hits in local]
+    assert [[h.passage.id for h in hits] for hits in served] == [
+        [h.passage.id for h in hits] for hits in local
+    ]
     assert served[0][0].score == pytest.approx(local[0][0].score, rel=1e-5)
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--min-df", "0"], "index build --retriever tfidf: min_df: got 0; expected >= 1"),
-    (["--min-df", "two"], 'index build: Parser key "min_df"'),
-    (["--k1", "1.2"], "index build --retriever tfidf: unknown option --k1; its options: "
-                      "--lowercase, --min-df, --sublinear-tf"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--min-df", "0"], "index build --retriever tfidf: min_df: got 0; expected >= 1"),
+        (["--min-df", "two"], 'index build: Parser key "min_df"'),
+        (
+            ["--k1", "1.2"],
+            "index build --retriever tfidf: unknown option --k1; its options: "
+            "--lowercase, --min-df, --sublinear-tf",
+        ),
+    ],
+)
 def test_bad_options_are_one_line(args, expected, tmp_path, capsys):
-    line = one_line_error(["index", "build", "--corpus", "synthetic", "--retriever", "tfidf",
-                           "--out", str(tmp_path / "x"), *args], capsys)
+    line = one_line_error(
+        [
+            "index",
+            "build",
+            "--corpus",
+            "synthetic",
+            "--retriever",
+            "tfidf",
+            "--out",
+            str(tmp_path / "x"),
+            *args,
+        ],
+        capsys,
+    )
     assert line.startswith(f"lit-rag: error: {expected}")
     assert not (tmp_path / "x").exists()

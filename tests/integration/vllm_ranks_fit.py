@@ -43,10 +43,10 @@ from lit_rag.modules.loading import LoraSettings, ModelConfig  # noqa: E402
 from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs  # noqa: E402
 from lit_rag.modules.policy import PolicyModule  # noqa: E402
 from lit_rag.plugins.algorithms.grpo import GRPO  # noqa: E402
+from lit_rag.plugins.engines.vllm import VLLMEngine  # noqa: E402
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment  # noqa: E402
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment  # noqa: E402
 from lit_rag.rollout.base import SamplingParams  # noqa: E402
-from lit_rag.plugins.engines.vllm import VLLMEngine  # noqa: E402
 from lit_rag.rollout.weights import checkpoint_weights  # noqa: E402
 from lit_rag.step import StepOutput  # noqa: E402
 

@@ -27,8 +27,12 @@ class OpCount(TorchDispatchMode):
 
 def _ops(mode: str) -> Counter:
     """Op counts of one forward + backward of a tiny policy (2 layers) under ``mode``."""
-    model = load_model(ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=LAYERS, num_heads=2, seed=3),
-                                   gradient_checkpointing=mode)).train()
+    model = load_model(
+        ModelConfig(
+            tiny=TinyConfig(hidden_size=32, num_layers=LAYERS, num_heads=2, seed=3),
+            gradient_checkpointing=mode,
+        )
+    ).train()
     ids = torch.randint(5, 200, (2, 12), generator=torch.Generator().manual_seed(0))
     counter = OpCount()
     with counter:
@@ -54,11 +58,15 @@ def test_each_mode_recomputes_what_it_says():
     assert all(full[name] == 2 * none[name] for name in attention)
 
 
-@pytest.mark.parametrize(("value", "mode"), [(True, "full"), (False, "none"), (None, "none"),
-                                             ("selective", "selective"), ("full", "full")])
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [(True, "full"), (False, "none"), (None, "none"), ("selective", "selective"), ("full", "full")],
+)
 def test_setting_values(value, mode):
     assert activation_checkpointing.normalize(value) == mode
-    assert ModelConfig(tiny=TinyConfig(), gradient_checkpointing=value).gradient_checkpointing == mode
+    assert (
+        ModelConfig(tiny=TinyConfig(), gradient_checkpointing=value).gradient_checkpointing == mode
+    )
 
 
 def test_default_is_selective_and_unknown_names_the_allowed():

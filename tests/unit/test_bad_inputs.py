@@ -34,7 +34,9 @@ def _log_to_this_tests_stderr():
 
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
                 handler.stream = sys.stderr  # not setStream: it flushes the closed stream
     yield
 
@@ -61,7 +63,9 @@ def _files(root: Path) -> dict[str, Path]:
     files["binary"].write_bytes(bytes(range(256)) * 4)
     files["latin1"].write_bytes(good.replace("Orbel", "Orb\u00e9l").encode("latin-1"))
     # a JSON escape of half a surrogate pair: valid JSON, not valid Unicode text
-    files["surrogate"].write_text(good.replace("Orbel Mills", "Orbel \\ud800 Mills"), encoding="utf-8")
+    files["surrogate"].write_text(
+        good.replace("Orbel Mills", "Orbel \\ud800 Mills"), encoding="utf-8"
+    )
     files["empty"].write_text("")
     files["blank"].write_text("  \n\n \t\n")
     files["good"].write_text(good)
@@ -71,7 +75,9 @@ def _files(root: Path) -> dict[str, Path]:
     files["ckpt_truncated"].write_bytes(whole[: len(whole) // 2])
     files["ckpt_garbage"].write_bytes(b"not a checkpoint\n" * 64)
     files["ckpt_folder"].mkdir()
-    with zipfile.ZipFile(files["ckpt_zip"], "w") as archive:  # a complete zip, not a torch checkpoint
+    with zipfile.ZipFile(
+        files["ckpt_zip"], "w"
+    ) as archive:  # a complete zip, not a torch checkpoint
         archive.writestr("README.txt", "model weights are in the other archive")
     files["model_folder"].mkdir()
     (files["model_folder"] / "weights.txt").write_text("no config.json here")
@@ -94,29 +100,77 @@ PROBES = [
     ("warmup", "fit", ["--model.warmup_steps=-1"], "warmup_steps"),
     ("schedule", "fit", ["--model.lr_schedule=exp"], "lr_schedule 'exp'"),
     ("warmup_ratio", "fit", ["--model.warmup_ratio=1.5"], "warmup_ratio must be in [0, 1)"),
-    ("tiny_and_path", "fit", ["--model.policy.path=/models/x"], "sets both 'path' (/models/x) and 'tiny'"),
-    ("mini_batches", "fit", ["--model.algorithm.init_args.mini_batches=0"], "mini_batches must be >= 1"),
+    (
+        "tiny_and_path",
+        "fit",
+        ["--model.policy.path=/models/x"],
+        "sets both 'path' (/models/x) and 'tiny'",
+    ),
+    (
+        "mini_batches",
+        "fit",
+        ["--model.algorithm.init_args.mini_batches=0"],
+        "mini_batches must be >= 1",
+    ),
     ("devices", "fit", ["--trainer.devices=0"], "devices"),
     ("max_steps", "fit", ["--trainer.max_steps=-5"], "max_steps"),
-    ("val_check_interval", "fit", ["--trainer.val_check_interval=0"], "val_check_interval must be > 0"),
+    (
+        "val_check_interval",
+        "fit",
+        ["--trainer.val_check_interval=0"],
+        "val_check_interval must be > 0",
+    ),
     ("num_train", "fit", ["--data.num_train=0"], "num_train"),
     ("hops", "fit", ["--data.hops=[7]"], "hops"),
     ("mu", "fit", ["--model.algorithm.init_args.mu=0"], "mu"),
     ("kl_estimator", "fit", ["--model.algorithm.init_args.kl_estimator=k9"], "kl_estimator 'k9'"),
-    ("advantage", "fit", ["--model.algorithm.init_args.advantage=rlooo"], "unknown advantage 'rlooo'; installed: grpo"),
-    ("policy_loss", "fit", ["--model.algorithm.init_args.policy_loss=gspoo"], "unknown policy_loss 'gspoo'; installed: gspo, ppo_clip"),
-    ("init_arg", "fit", ["--model.reward.init_args.wieght=2"], "'wieght' is not an argument of ArenaReward; it takes: format_weight"),
+    (
+        "advantage",
+        "fit",
+        ["--model.algorithm.init_args.advantage=rlooo"],
+        "unknown advantage 'rlooo'; installed: grpo",
+    ),
+    (
+        "policy_loss",
+        "fit",
+        ["--model.algorithm.init_args.policy_loss=gspoo"],
+        "unknown policy_loss 'gspoo'; installed: gspo, ppo_clip",
+    ),
+    (
+        "init_arg",
+        "fit",
+        ["--model.reward.init_args.wieght=2"],
+        "'wieght' is not an argument of ArenaReward; it takes: format_weight",
+    ),
     ("dtype", "fit", ["--model.policy.dtype=fp8"], "dtype 'fp8'"),
     ("lora_rank", "fit", ["--model.policy.lora.r=0"], "lora: r must be >= 1"),
-    ("max_turns", "fit", ["@tiny_search_agent.yaml", "--model.environment.init_args.max_turns=0"], "max_turns"),
-    ("missing_index", "fit", ["@tiny_search_agent.yaml", "--model.environment.init_args.retriever.init_args.index=nope"],
-     "index folder not found: nope"),
-    ("engine_memory", "fit", ["--model.engine=vllm", "--model.engine.init_args.gpu_memory_utilization=2"],
-     "gpu_memory_utilization"),
+    (
+        "max_turns",
+        "fit",
+        ["@tiny_search_agent.yaml", "--model.environment.init_args.max_turns=0"],
+        "max_turns",
+    ),
+    (
+        "missing_index",
+        "fit",
+        ["@tiny_search_agent.yaml", "--model.environment.init_args.retriever.init_args.index=nope"],
+        "index folder not found: nope",
+    ),
+    (
+        "engine_memory",
+        "fit",
+        ["--model.engine=vllm", "--model.engine.init_args.gpu_memory_utilization=2"],
+        "gpu_memory_utilization",
+    ),
     # the parser: no abbreviations, typed values, known keys
     ("abbreviation", "fit", ["--trainer.max_step=4"], "--trainer.max_step=4"),
     ("type", "fit", ["--model.group_size=abc"], "model.group_size"),
-    ("union_type", "fit", ["--seed_everything=abc"], "seed_everything: got 'abc'; expected bool or int"),
+    (
+        "union_type",
+        "fit",
+        ["--seed_everything=abc"],
+        "seed_everything: got 'abc'; expected bool or int",
+    ),
     ("unknown_key", "fit", ["--model.no_such_key=1"], "model.no_such_key"),
     ("unknown_plugin", "fit", ["--model.reward=no_such_reward"], "unknown reward 'no_such_reward'"),
     # data files
@@ -133,28 +187,62 @@ PROBES = [
     ("empty_test", "test", ["--data.test={blank}"], "holds no examples"),
     # checkpoints
     ("ckpt_empty", "fit", ["--ckpt_path={ckpt_empty}"], "empty (0 bytes)"),
-    ("ckpt_truncated", "fit", ["--ckpt_path={ckpt_truncated}"], "truncated or not a torch checkpoint"),
+    (
+        "ckpt_truncated",
+        "fit",
+        ["--ckpt_path={ckpt_truncated}"],
+        "truncated or not a torch checkpoint",
+    ),
     ("ckpt_garbage", "fit", ["--ckpt_path={ckpt_garbage}"], "truncated or not a torch checkpoint"),
     ("ckpt_folder", "fit", ["--ckpt_path={ckpt_folder}"], "is a folder"),
-    ("ckpt_foreign_zip", "fit", ["--ckpt_path={ckpt_zip}"], "foreign.ckpt"),  # read by the trainer's load
+    (
+        "ckpt_foreign_zip",
+        "fit",
+        ["--ckpt_path={ckpt_zip}"],
+        "foreign.ckpt",
+    ),  # read by the trainer's load
     ("ckpt_missing", "fit", ["--ckpt_path=no-such.ckpt"], "no-such.ckpt does not exist"),
     # model paths
-    ("model_hub_id", "fit", ["--model.policy.tiny=null", "--model.policy.path=no-such-org/no-such-model"],
-     "not in the local Hugging Face cache"),
-    ("model_missing", "fit", ["--model.policy.tiny=null", "--model.policy.path=./no/such/model"], "does not exist"),
-    ("model_no_config", "fit", ["--model.policy.tiny=null", "--model.policy.path={model_folder}"],
-     "without config.json"),
+    (
+        "model_hub_id",
+        "fit",
+        ["--model.policy.tiny=null", "--model.policy.path=no-such-org/no-such-model"],
+        "not in the local Hugging Face cache",
+    ),
+    (
+        "model_missing",
+        "fit",
+        ["--model.policy.tiny=null", "--model.policy.path=./no/such/model"],
+        "does not exist",
+    ),
+    (
+        "model_no_config",
+        "fit",
+        ["--model.policy.tiny=null", "--model.policy.path={model_folder}"],
+        "without config.json",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("probe", "command", "overrides", "fragment"), PROBES, ids=[p[0] for p in PROBES])
-def test_bad_input_is_one_line_exit_2(probe, command, overrides, fragment, tmp_path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize(
+    ("probe", "command", "overrides", "fragment"), PROBES, ids=[p[0] for p in PROBES]
+)
+def test_bad_input_is_one_line_exit_2(
+    probe, command, overrides, fragment, tmp_path, monkeypatch, capsys
+) -> None:
     monkeypatch.chdir(tmp_path)
     files = _files(tmp_path)
     recipe = str(RECIPES / overrides[0][1:]) if overrides[0].startswith("@") else TINY
     overrides = [o.format(**files) for o in overrides if not o.startswith("@")]
-    args = [command, "--config", recipe, "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
-            "--trainer.max_steps=1", *overrides]
+    args = [
+        command,
+        "--config",
+        recipe,
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.max_steps=1",
+        *overrides,
+    ]
     with pytest.raises(SystemExit) as info:
         main(args)
     err = capsys.readouterr().err
@@ -182,8 +270,17 @@ def test_fit_does_not_print_the_recipe(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr("sys.argv", ["lit-rag", "fit", "--config", TINY])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        main(["fit", "--config", TINY, "--trainer.max_steps=1", "--trainer.logger=false",
-              "--trainer.limit_val_batches=0", f"--trainer.default_root_dir={tmp_path}"])
+        main(
+            [
+                "fit",
+                "--config",
+                TINY,
+                "--trainer.max_steps=1",
+                "--trainer.logger=false",
+                "--trainer.limit_val_batches=0",
+                f"--trainer.default_root_dir={tmp_path}",
+            ]
+        )
     messages = [str(w.message) for w in caught] + capsys.readouterr().err.splitlines()
     assert not [m for m in messages if "args parameter is intended" in m or "kl_estimator" in m]
 
@@ -200,14 +297,29 @@ def test_checkpoint_hyperparameters_choose_no_import(tmp_path, monkeypatch) -> N
         f"open({str(marker)!r}, 'w').write('ran')\nclass Evil:\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    common = ["--config", TINY, "--trainer.logger=false", "--trainer.limit_val_batches=0",
-              f"--trainer.default_root_dir={tmp_path}"]
+    common = [
+        "--config",
+        TINY,
+        "--trainer.logger=false",
+        "--trainer.limit_val_batches=0",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
     main(["fit", *common, "--trainer.max_steps=1", "--trainer.enable_checkpointing=true"])
     (ckpt,) = (tmp_path / "checkpoints").glob("*.ckpt")
     checkpoint = torch.load(ckpt, weights_only=True)
-    checkpoint["hyper_parameters"] = {"_class_path": "planted_ckpt.Evil",
-                                      "environment": {"class_path": "planted_ckpt.Evil"}}
+    checkpoint["hyper_parameters"] = {
+        "_class_path": "planted_ckpt.Evil",
+        "environment": {"class_path": "planted_ckpt.Evil"},
+    }
     torch.save(checkpoint, ckpt)
-    main(["fit", *common, "--trainer.max_steps=2", "--trainer.enable_checkpointing=false", f"--ckpt_path={ckpt}"])
+    main(
+        [
+            "fit",
+            *common,
+            "--trainer.max_steps=2",
+            "--trainer.enable_checkpointing=false",
+            f"--ckpt_path={ckpt}",
+        ]
+    )
     assert "planted_ckpt" not in sys.modules
     assert not marker.exists()

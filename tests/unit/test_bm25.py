@@ -110,15 +110,17 @@ def test_without_pystemmer_stemming_is_off_and_recorded(monkeypatch: pytest.Monk
     assert retriever.search(["swimming"], k=2) == [[]]
 
 
-def test_stemmed_index_without_pystemmer_is_one_line(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stemmed_index_without_pystemmer_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require_package("Stemmer", "pip install PyStemmer")
     stemmed = BM25Retriever()
     stemmed.build(CORPUS)
     stemmed.save(tmp_path / "idx")
     monkeypatch.setitem(sys.modules, "Stemmer", None)  # this machine has no PyStemmer
-    with pytest.raises(IndexMismatchError, match="built with stemmer='english' but PyStemmer "
-                                                 "is not installed") as info:
+    with pytest.raises(
+        IndexMismatchError, match="built with stemmer='english' but PyStemmer is not installed"
+    ) as info:
         BM25Retriever.load(tmp_path / "idx")
     assert "\n" not in str(info.value)
 
@@ -138,8 +140,12 @@ def test_save_load_round_trip_identical_and_memory_mapped(
     assert manifest.settings["k1"] == 1.5 and manifest.settings["method"] == "lucene"
     # every matrix file is recorded with its size and SHA-256 (all are small here)
     assert sorted(manifest.files) == [
-        "bm25s/data.csc.index.npy", "bm25s/indices.csc.index.npy", "bm25s/indptr.csc.index.npy",
-        "bm25s/params.index.json", "bm25s/vocab.index.json"]
+        "bm25s/data.csc.index.npy",
+        "bm25s/indices.csc.index.npy",
+        "bm25s/indptr.csc.index.npy",
+        "bm25s/params.index.json",
+        "bm25s/vocab.index.json",
+    ]
     assert all(set(v) == {"bytes", "sha256"} for v in manifest.files.values())
 
 
@@ -160,10 +166,12 @@ def test_lazy_index_and_expected_corpus(bm25: BM25Retriever, tmp_path: Path) -> 
 
 
 def test_loading_another_retrievers_index_fails(tmp_path: Path) -> None:
-    Manifest(retriever="dense", encoder="e5", corpus_fingerprint="0" * 64,
-             passage_count=1).write(tmp_path / "dense")
-    with pytest.raises(IndexMismatchError, match="has retriever='dense' but the recipe expects "
-                                                 "retriever='bm25'"):
+    Manifest(retriever="dense", encoder="e5", corpus_fingerprint="0" * 64, passage_count=1).write(
+        tmp_path / "dense"
+    )
+    with pytest.raises(
+        IndexMismatchError, match="has retriever='dense' but the recipe expects retriever='bm25'"
+    ):
         BM25Retriever.load(tmp_path / "dense")
     with pytest.raises(IndexNotFoundError, match="index folder not found"):
         BM25Retriever(index=str(tmp_path / "missing")).search(["x"], k=1)
@@ -184,8 +192,10 @@ def test_real_flashrag_sample(shared_data: Path, tmp_path: Path) -> None:
     passages = read_corpus(shared_data / "wiki_corpus1000_flashrag.jsonl")
     retriever = BM25Retriever()
     retriever.build(passages)
-    queries = ["Which lobbyist worked for Genentech and Roche?",
-               "Frick union wage negotiations at the steel plant"]
+    queries = [
+        "Which lobbyist worked for Genentech and Roche?",
+        "Frick union wage negotiations at the steel plant",
+    ]
     hits = retriever.search(queries, k=5)
     assert hits[0][0].passage.title == "Evan Morris"
     assert hits[1][0].passage.title == "Andrew Carnegie"

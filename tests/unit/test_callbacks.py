@@ -87,20 +87,43 @@ def test_global_mean_and_max_over_ranks():
 
 def test_sample_logger_writes_jsonl(tmp_path):
     ex = Example(id="q1", question="?", answers=["Kessa"])
-    trajs = [Trajectory(ex, 0, torch.tensor([1]), torch.tensor([2, 3]), torch.ones(2), torch.zeros(2),
-                        text=f"<answer>{a}</answer>", prompt_text="P") for a in ("Kessa", "Rome")]
-    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0]), components={"accuracy": torch.tensor([1.0, 0.0])})
+    trajs = [
+        Trajectory(
+            ex,
+            0,
+            torch.tensor([1]),
+            torch.tensor([2, 3]),
+            torch.ones(2),
+            torch.zeros(2),
+            text=f"<answer>{a}</answer>",
+            prompt_text="P",
+        )
+        for a in ("Kessa", "Rome")
+    ]
+    rewards = RewardBreakdown(
+        total=torch.tensor([1.0, 0.0]), components={"accuracy": torch.tensor([1.0, 0.0])}
+    )
     module = SimpleNamespace()
     outputs = StepOutput(trajs, rewards).as_outputs()
-    trainer = SimpleNamespace(is_global_zero=True, global_step=5, log_dir=str(tmp_path), default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(
+        is_global_zero=True, global_step=5, log_dir=str(tmp_path), default_root_dir=str(tmp_path)
+    )
     logger = RolloutSampleLogger(every_n_steps=2, max_per_step=1, include_prompt=True)
     for _ in range(3):  # written on calls 1 and 3
         logger.on_train_batch_end(trainer, module, outputs, None, 0)
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 2
-    assert rows[0] == {"step": 5, "example_id": "q1", "group": 0, "completion": "<answer>Kessa</answer>",
-                       "answers": ["Kessa"], "truncated": False, "reward": 1.0,
-                       "components": {"accuracy": 1.0}, "prompt": "P"}
+    assert rows[0] == {
+        "step": 5,
+        "example_id": "q1",
+        "group": 0,
+        "completion": "<answer>Kessa</answer>",
+        "answers": ["Kessa"],
+        "truncated": False,
+        "reward": 1.0,
+        "components": {"accuracy": 1.0},
+        "prompt": "P",
+    }
 
 
 def test_adapted_beta_round_trips_through_a_checkpoint(tmp_path):
@@ -113,7 +136,10 @@ def test_adapted_beta_round_trips_through_a_checkpoint(tmp_path):
     torch.save(monitor.state_dict(), tmp_path / "state.pt")
     state = torch.load(tmp_path / "state.pt", weights_only=True)  # plain numbers only
     assert state["beta"] == pytest.approx(0.10404) and state["above"] == 1
-    resumed, fresh = KLMonitor(warn_above=None, stop_above=0.5, patience=3, target=0.1), FakeModule(beta=0.1)
+    resumed, fresh = (
+        KLMonitor(warn_above=None, stop_above=0.5, patience=3, target=0.1),
+        FakeModule(beta=0.1),
+    )
     resumed.load_state_dict(state)
     assert fresh.algorithm.beta == 0.1  # the module is not at hand in load_state_dict...
     resumed.on_train_start(trainer, fresh)  # ...Lightning has restored everything by train start

@@ -28,7 +28,11 @@ from lit_rag.checkpointing import (
 )
 from lit_rag.errors import InputError
 
-CHECKPOINT = {"state_dict": {"w": torch.arange(256.0)}, "global_step": 3, "lit_rag": {"schedule": {"total": 6}}}
+CHECKPOINT = {
+    "state_dict": {"w": torch.arange(256.0)},
+    "global_step": 3,
+    "lit_rag": {"schedule": {"total": 6}},
+}
 
 
 def _saved(path: Path) -> bytes:
@@ -41,18 +45,34 @@ def _garbled_pickle(path: Path) -> None:
     data = bytearray(_saved(path))
     with zipfile.ZipFile(path) as archive:
         info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
-    start = info.header_offset + 30 + len(info.filename) + len(info.extra)  # local header: 30 bytes + name + extra
-    data[start : start + info.compress_size] = b"\xff" * info.compress_size  # stored, not compressed
+    start = (
+        info.header_offset + 30 + len(info.filename) + len(info.extra)
+    )  # local header: 30 bytes + name + extra
+    data[start : start + info.compress_size] = (
+        b"\xff" * info.compress_size
+    )  # stored, not compressed
     path.write_bytes(bytes(data))
 
 
 # kind -> (how to break the file, words the one-line message must hold)
 BROKEN = {
     "empty": (lambda p: p.write_bytes(b""), "is empty (0 bytes)"),
-    "half": (lambda p: p.write_bytes(_saved(p)[: len(_saved(p)) // 2]), "is truncated or not a torch checkpoint"),
-    "tail_cut": (lambda p: p.write_bytes(_saved(p)[:-10]), "is truncated or not a torch checkpoint"),
-    "random_bytes": (lambda p: p.write_bytes(os.urandom(4096)), "is truncated or not a torch checkpoint"),
-    "text": (lambda p: p.write_text("model: tiny\n" * 20), "is truncated or not a torch checkpoint"),
+    "half": (
+        lambda p: p.write_bytes(_saved(p)[: len(_saved(p)) // 2]),
+        "is truncated or not a torch checkpoint",
+    ),
+    "tail_cut": (
+        lambda p: p.write_bytes(_saved(p)[:-10]),
+        "is truncated or not a torch checkpoint",
+    ),
+    "random_bytes": (
+        lambda p: p.write_bytes(os.urandom(4096)),
+        "is truncated or not a torch checkpoint",
+    ),
+    "text": (
+        lambda p: p.write_text("model: tiny\n" * 20),
+        "is truncated or not a torch checkpoint",
+    ),
     "garbled_pickle": (_garbled_pickle, "cannot be read by torch.load"),
     "folder": (lambda p: p.mkdir(), "is a folder, not a checkpoint file"),
     "missing": (lambda p: None, "does not exist"),
@@ -60,7 +80,9 @@ BROKEN = {
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
-@pytest.mark.parametrize("weights_only", [None, True, False], ids=["default", "weights_only", "full_unpickle"])
+@pytest.mark.parametrize(
+    "weights_only", [None, True, False], ids=["default", "weights_only", "full_unpickle"]
+)
 def test_broken_checkpoint_is_one_input_error_line(tmp_path, kind, weights_only):
     path = tmp_path / "last.ckpt"
     breaker, words = BROKEN[kind]
@@ -75,11 +97,18 @@ def test_broken_checkpoint_is_one_input_error_line(tmp_path, kind, weights_only)
 
 def test_checkpoint_with_objects_says_weights_only_refused_it(tmp_path):
     path = tmp_path / "objects.ckpt"
-    torch.save({"state_dict": {}, "info": zipfile.ZipInfo("x")}, path)  # a class weights_only refuses
-    with pytest.raises(InputError, match=r"holds objects that torch.load\(weights_only=True\) refuses "
-                                         r"\(UnpicklingError: WeightsUnpickler error: Unsupported global"):
+    torch.save(
+        {"state_dict": {}, "info": zipfile.ZipInfo("x")}, path
+    )  # a class weights_only refuses
+    with pytest.raises(
+        InputError,
+        match=r"holds objects that torch.load\(weights_only=True\) refuses "
+        r"\(UnpicklingError: WeightsUnpickler error: Unsupported global",
+    ):
         AtomicCheckpointIO().load_checkpoint(path, weights_only=True)
-    assert AtomicCheckpointIO().load_checkpoint(path, weights_only=False)["info"].filename == "x"  # as Lightning
+    assert (
+        AtomicCheckpointIO().load_checkpoint(path, weights_only=False)["info"].filename == "x"
+    )  # as Lightning
 
 
 def test_good_checkpoint_loads_weights_only(tmp_path):
@@ -107,7 +136,9 @@ def test_save_writes_beside_the_destination_not_in_tmpdir(tmp_path, monkeypatch)
     [(src, dst, size)] = seen
     assert src.parent == path.parent and src.name.startswith(".last.ckpt.tmp-") and dst == path
     assert size == path.stat().st_size  # the complete file was renamed
-    assert list(staging.iterdir()) == [] and sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+    assert list(staging.iterdir()) == [] and sorted(p.name for p in path.parent.iterdir()) == [
+        "last.ckpt"
+    ]
 
 
 def test_failed_save_keeps_the_previous_checkpoint_and_no_staging_file(tmp_path):
@@ -121,8 +152,12 @@ def test_failed_save_keeps_the_previous_checkpoint_and_no_staging_file(tmp_path)
 
 
 def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return int(done.stdout)
 
 
@@ -147,7 +182,13 @@ def test_stale_staging_files_of_dead_writers_are_removed(tmp_path):
 def _trainer(**kwargs):
     from lightning.pytorch import Trainer
 
-    return Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False, **kwargs)
+    return Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
 
 
 def test_use_atomic_checkpoints_installs_on_the_default_io_only(tmp_path):
@@ -163,7 +204,9 @@ def test_use_atomic_checkpoints_installs_on_the_default_io_only(tmp_path):
     class Mine(TorchCheckpointIO):
         pass
 
-    trainer = _trainer(plugins=[Mine()], callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last="link")])
+    trainer = _trainer(
+        plugins=[Mine()], callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last="link")]
+    )
     use_atomic_checkpoints(trainer)
     assert type(trainer.strategy.checkpoint_io) is Mine  # the user's own: kept
     assert "_link_checkpoint" not in vars(trainer.checkpoint_callback)
@@ -171,14 +214,18 @@ def test_use_atomic_checkpoints_installs_on_the_default_io_only(tmp_path):
     trainer = _trainer(plugins=[AsyncCheckpointIO()])
     use_atomic_checkpoints(trainer)
     io = trainer.strategy.checkpoint_io
-    assert type(io) is AsyncCheckpointIO and type(io.checkpoint_io) is AtomicCheckpointIO  # ours as its base
+    assert (
+        type(io) is AsyncCheckpointIO and type(io.checkpoint_io) is AtomicCheckpointIO
+    )  # ours as its base
     io.teardown()
 
 
 def test_use_atomic_checkpoints_leaves_deepspeed_alone():
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    strategy = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # no engine needed: only its type is read
+    strategy = DeepSpeedStrategy.__new__(
+        DeepSpeedStrategy
+    )  # no engine needed: only its type is read
     strategy._checkpoint_io = None
     use_atomic_checkpoints(SimpleNamespace(strategy=strategy, checkpoint_callbacks=[]))
     assert strategy._checkpoint_io is None
@@ -186,7 +233,11 @@ def test_use_atomic_checkpoints_leaves_deepspeed_alone():
 
 def test_last_link_is_swapped_in_not_deleted_first(tmp_path, monkeypatch):
     """Lightning deletes ``last.ckpt`` and then links it: between the two there is no last.ckpt."""
-    old, new, link = tmp_path / "epoch=0-step=2.ckpt", tmp_path / "epoch=0-step=4.ckpt", tmp_path / "last.ckpt"
+    old, new, link = (
+        tmp_path / "epoch=0-step=2.ckpt",
+        tmp_path / "epoch=0-step=4.ckpt",
+        tmp_path / "last.ckpt",
+    )
     old.write_bytes(b"old")
     new.write_bytes(b"new")
     os.symlink(old.name, link)
@@ -200,7 +251,12 @@ def test_last_link_is_swapped_in_not_deleted_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", replace)
     _link_atomically(trainer, str(new), str(link))
-    assert states == [b"old"] and link.is_symlink() and os.readlink(link) == new.name and link.read_bytes() == b"new"
+    assert (
+        states == [b"old"]
+        and link.is_symlink()
+        and os.readlink(link) == new.name
+        and link.read_bytes() == b"new"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([old.name, new.name, link.name])
 
 

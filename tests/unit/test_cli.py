@@ -194,7 +194,9 @@ def test_every_recipe_parses_and_instantiates(recipe: Path) -> None:
     if "class_path" in (yaml.safe_load(recipe.read_text(encoding="utf-8")).get("model") or {}):
         from lit_rag.modules.reward_model import PairDataModule, RewardModelModule
 
-        assert isinstance(built.model, RewardModelModule) and isinstance(built.datamodule, PairDataModule)
+        assert isinstance(built.model, RewardModelModule) and isinstance(
+            built.datamodule, PairDataModule
+        )
         return
     assert isinstance(built.model, PolicyModule)
     assert isinstance(built.datamodule, QADataModule)
@@ -291,7 +293,6 @@ class FakeDist:
 
 
 def test_plugins_with_duplicate_registration_is_one_line(monkeypatch, capsys) -> None:
-    from importlib import metadata
 
     group = "lit_rag.rewards"
     target = "lit_rag.plugins.rewards.qa:F1Reward"
@@ -308,7 +309,9 @@ def test_unknown_plugin_in_recipe_is_one_line(tmp_path: Path, capsys) -> None:
     line = run_main_error(["fit", "--config", write_recipe(tmp_path / "bad.yaml", recipe)], capsys)
     assert line.startswith("lit-rag: error: unknown reward 'arena2'; installed: ")
     installed = line.split("installed: ")[1].split(", ")
-    assert installed == sorted(installed) and {"arena", "composite", "exact_match", "f1"} <= set(installed)
+    assert installed == sorted(installed) and {"arena", "composite", "exact_match", "f1"} <= set(
+        installed
+    )
 
 
 def test_unknown_plugin_in_override_is_one_line(capsys) -> None:
@@ -353,13 +356,22 @@ def test_list_override_of_plugins_is_resolved(monkeypatch) -> None:
 
     monkeypatch.setattr("sys.argv", ["lit-rag"])
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_plugin.yaml")
-    cli = build_cli(["--config", recipe, "--model.reward.init_args.rewards=[arena, f1]",
-                     "--model.reward.init_args.weights=[1.0, 2.0]"], run=False)
+    cli = build_cli(
+        [
+            "--config",
+            recipe,
+            "--model.reward.init_args.rewards=[arena, f1]",
+            "--model.reward.init_args.weights=[1.0, 2.0]",
+        ],
+        run=False,
+    )
     assert [type(r) for r in cli.model.reward.rewards] == [ArenaReward, F1Reward]
 
 
 def _one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-rag: error:")]
+    err = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-rag: error:")
+    ]
     assert len(err) == 1
     return err[0]
 
@@ -369,11 +381,22 @@ def test_dataset_row_missing_a_field_is_one_line(tmp_path, monkeypatch, capsys) 
 
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"id": "1", "question": "q", "answers": ["a"]}\n{"id": "2", "answers": ["b"]}\n')
+    bad.write_text(
+        '{"id": "1", "question": "q", "answers": ["a"]}\n{"id": "2", "answers": ["b"]}\n'
+    )
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--config", recipe, f"--data.train={bad}", "--data.format=litrag",
-              f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false"])
+        main(
+            [
+                "fit",
+                "--config",
+                recipe,
+                f"--data.train={bad}",
+                "--data.format=litrag",
+                f"--trainer.default_root_dir={tmp_path}",
+                "--trainer.logger=false",
+            ]
+        )
     assert info.value.code == 2
     line = _one_error_line(capsys)
     assert f"{bad}:2:" in line and "'question'" in line
@@ -385,8 +408,18 @@ def test_model_path_that_does_not_exist_is_one_line(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
     with pytest.raises(SystemExit):
-        main(["fit", "--config", recipe, "--model.policy.path=/no/such/model", "--data.num_train=4",
-              f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--trainer.callbacks=[]"])
+        main(
+            [
+                "fit",
+                "--config",
+                recipe,
+                "--model.policy.path=/no/such/model",
+                "--data.num_train=4",
+                f"--trainer.default_root_dir={tmp_path}",
+                "--trainer.logger=false",
+                "--trainer.callbacks=[]",
+            ]
+        )
     assert "model path '/no/such/model' does not exist" in _one_error_line(capsys)
 
 
@@ -401,7 +434,9 @@ def test_progress_bar_says_what_ends_the_run(tmp_path, monkeypatch):
     assert built.trainer.progress_bar_callback is bar
     bar._trainer = built.trainer
     assert bar._get_train_description(0).strip() == "Epoch 0 · 2 steps"
-    epochs = build_cli(["--config", str(TINY), "--trainer.max_epochs=3", "--trainer.max_steps=-1"], run=False)
+    epochs = build_cli(
+        ["--config", str(TINY), "--trainer.max_epochs=3", "--trainer.max_steps=-1"], run=False
+    )
     (bar,) = [c for c in epochs.trainer.callbacks if isinstance(c, RunProgressBar)]
     bar._trainer = epochs.trainer
     assert bar._get_train_description(1).strip() == "Epoch 1/2"
@@ -413,8 +448,10 @@ def test_fit_prints_a_header_and_the_report_command(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(TINY), "--trainer.max_steps=1", "--trainer.limit_val_batches=0"])
     out = capsys.readouterr().out
-    assert ("lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single device), "
-            "1 step of 2 prompts x 2 samples") in out
+    assert (
+        "lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single device), "
+        "1 step of 2 prompts x 2 samples"
+    ) in out
     assert "  logs: runs/tiny/version_0   checkpoints: runs/tiny/version_0/checkpoints" in out
     assert "lit-rag report runs/tiny/version_0   (plots and sample rollouts)" in out
     steps = [line for line in out.splitlines() if line.startswith("step ")]
@@ -427,10 +464,20 @@ def test_step_line_by_hand():
 
     from lit_rag.callbacks.progress import step_line
 
-    metrics = {"reward/total": torch.tensor(1.4125), "reward/format": 0.91, "reward/relevance": 0.5,
-               "train/kl": 0.00213, "time/rollout_s": 3.14, "time/update_s": 8.46,
-               "time/weight_sync_s": 0.347, "val/reward/total": 0.2, "reward/x/y": 1.0}
-    assert step_line(3, 24, metrics) == ("step 3/24 · reward 1.41 (format 0.91, relevance 0.50) · "
-                                         "kl 0.0021 · rollout 3.1 s · update 8.5 s · sync 0.35 s")
+    metrics = {
+        "reward/total": torch.tensor(1.4125),
+        "reward/format": 0.91,
+        "reward/relevance": 0.5,
+        "train/kl": 0.00213,
+        "time/rollout_s": 3.14,
+        "time/update_s": 8.46,
+        "time/weight_sync_s": 0.347,
+        "val/reward/total": 0.2,
+        "reward/x/y": 1.0,
+    }
+    assert step_line(3, 24, metrics) == (
+        "step 3/24 · reward 1.41 (format 0.91, relevance 0.50) · "
+        "kl 0.0021 · rollout 3.1 s · update 8.5 s · sync 0.35 s"
+    )
     assert step_line(3, -1, {"reward/total": 0.5}) == "step 3 · reward 0.50"
     assert step_line(3, 24, {"train/loss": 0.5}) == ""

@@ -34,8 +34,13 @@ print("HEAVY=" + json.dumps({"code": code, "heavy": heavy}))
 
 def _run(args: list[str]) -> tuple[int, list[str], str, str]:
     """Exit code, heavy packages imported, stdout (without the report) and stderr of ``args``."""
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, json.dumps(args), json.dumps(HEAVY)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     out, _, report = proc.stdout.rpartition("HEAVY=")
     assert report, f"the wrapper did not finish: {proc.stderr[-2000:]}"
     result = json.loads(report)
@@ -82,7 +87,8 @@ def test_search_error_is_one_line_without_torch(tmp_path):
     assert code == 2
     assert heavy == []
     assert [line for line in err.splitlines() if line.startswith("lit-rag: error:")] == [
-        f"lit-rag: error: index folder not found: {tmp_path / 'nope'}"]
+        f"lit-rag: error: index folder not found: {tmp_path / 'nope'}"
+    ]
 
 
 def test_help_is_lightning_cli_help(capsys):

@@ -40,8 +40,10 @@ def engine() -> HFEngine:
 
 
 def example(question: str = "Who founded the company?", references: int = 10) -> Example:
-    refs = [Passage(f"p{i}", f"Title {i}", " ".join(f"the word{i}x{j}" for j in range(8)))
-            for i in range(references)]
+    refs = [
+        Passage(f"p{i}", f"Title {i}", " ".join(f"the word{i}x{j}" for j in range(8)))
+        for i in range(references)
+    ]
     return Example("q1", question, ["Paris"], refs, gold_ids=["p0"])
 
 
@@ -84,7 +86,10 @@ def test_cut_fills_the_room_with_part_of_the_next_reference(engine):
     assert 0 < len(shown) < len(whole) and shown == whole[: len(shown)]
     assert t.example.meta == {"references_dropped": 10 - len(drop), "reference_cut": last.id}
     assert len(t.prompt_ids) + 16 <= WINDOW
-    one_more = [*refs[:-1], Passage(last.id, last.title, " ".join(whole[: len(shown) + 1]) + " ...")]
+    one_more = [
+        *refs[:-1],
+        Passage(last.id, last.title, " ".join(whole[: len(shown) + 1]) + " ..."),
+    ]
     longer = Example("q1", t.example.question, ["Paris"], one_more)
     assert length(cut_env, longer, tok) + 16 > WINDOW  # the most words that fit
 
@@ -105,8 +110,11 @@ def test_a_question_too_long_alone_is_one_line(engine):
 
 
 def test_context_overflow_error_names_the_choice(engine):
-    with pytest.raises(InputError, match=r"^example 'q1': its prompt is \d+ tokens with its "
-                       r"references; .*\(context_overflow: drop would leave out references\)$"):
+    with pytest.raises(
+        InputError,
+        match=r"^example 'q1': its prompt is \d+ tokens with its "
+        r"references; .*\(context_overflow: drop would leave out references\)$",
+    ):
         SingleTurnEnvironment(context_overflow="error").rollout([example()], engine, 1, BUDGET)
     with pytest.raises(ValueError, match="context_overflow: got 'trim'; allowed: drop, cut, error"):
         SingleTurnEnvironment(context_overflow="trim")
@@ -144,6 +152,10 @@ def test_an_episode_whose_context_fills_the_window_ends_truncated(engine):
 
     loop = EpisodeLoop(engine, BUDGET)
     (e,) = loop.run([Episode(example(), 0, prompt)], {"start": ask, "generated": generated})
-    assert e.truncated and e.stop_reason == f"context full: {WINDOW + 50 - 5 + len(e.turns[1].generation.token_ids)} tokens of {WINDOW}"
+    assert (
+        e.truncated
+        and e.stop_reason
+        == f"context full: {WINDOW + 50 - 5 + len(e.turns[1].generation.token_ids)} tokens of {WINDOW}"
+    )
     assert [len(t.prompt_ids) for t in e.turns] == [len(prompt), WINDOW - 5]
     assert e.turns[1].generation.token_ids.numel() <= 5

@@ -22,8 +22,14 @@ class Module(torch.nn.Module):
 
 
 def trainer(*callbacks):
-    return SimpleNamespace(callbacks=list(callbacks), global_step=0, current_epoch=0, callback_metrics={},
-                           sanity_checking=False, should_stop=False)
+    return SimpleNamespace(
+        callbacks=list(callbacks),
+        global_step=0,
+        current_epoch=0,
+        callback_metrics={},
+        sanity_checking=False,
+        should_stop=False,
+    )
 
 
 def test_switch_on_step_count_changes_the_weight_anchors():
@@ -38,7 +44,10 @@ def test_switch_on_step_count_changes_the_weight_anchors():
     tr.global_step = 3
     cur.on_train_batch_end(tr, module, None, None, 0)
     assert cur.stage == "refinement" and cur.switches == [(3, "discovery", "refinement")]
-    assert module.reward.weights_at(0)["answer"] == 0.10 and module.reward.weights_at(20)["answer"] == 1.0
+    assert (
+        module.reward.weights_at(0)["answer"] == 0.10
+        and module.reward.weights_at(20)["answer"] == 1.0
+    )
     tr.global_step = 10  # no third stage: stays
     cur.on_train_batch_end(tr, module, None, None, 0)
     assert cur.stage == "refinement"

@@ -17,8 +17,8 @@ from lit_rag.modules.policy import PolicyModule
 from lit_rag.plugins.algorithms.grpo import GRPO
 from lit_rag.plugins.environments.retrieval_tree import RetrievalTreeEnvironment
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
-from lit_rag.plugins.rewards.r2ag import R2AGReward
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.r2ag import R2AGReward
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.step import StepOutput
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
@@ -120,7 +120,6 @@ def test_refill_samples_more_prompts_until_the_batch_is_informative():
     assert batch.size == 4
 
 
-
 def _orbel_world(tmp_path, name: str):
     """A three-passage BM25 index at ``tmp_path/index`` and one two-hop question in
     ``tmp_path/<name>.jsonl`` (gold g1 then g2); returns the data file."""
@@ -133,10 +132,15 @@ def _orbel_world(tmp_path, name: str):
     retriever.build(corpus)
     retriever.save(tmp_path / "index")
     data = tmp_path / f"{name}.jsonl"
-    row = {"id": "q1", "question": "Where was the founder of Orbel Mills born?", "answers": ["Kessa"],
-           "gold_ids": ["g1", "g2"]}
+    row = {
+        "id": "q1",
+        "question": "Where was the founder of Orbel Mills born?",
+        "answers": ["Kessa"],
+        "gold_ids": ["g1", "g2"],
+    }
     data.write_text(json.dumps(row) + "\n")
     return data
+
 
 def test_forest_iterations_through_lightning(tmp_path, monkeypatch):
     """Epoch 0 expands the root; its pruned trees (gold found so far as evidence) are epoch 1's
@@ -234,7 +238,9 @@ def test_refilled_prompts_stay_out_of_the_next_forest():
     ):
         dm = QADataModule(train="synthetic", val=None, forest=True)
         module = SimpleNamespace(environment=env, log=lambda *a, **k: None)
-        outputs = StepOutput(rows, RewardBreakdown(total=torch.zeros(len(rows))), batch_size=1).as_outputs()
+        outputs = StepOutput(
+            rows, RewardBreakdown(total=torch.zeros(len(rows))), batch_size=1
+        ).as_outputs()
         forest = ProgressiveForest(include_refills=include)
         forest.on_train_batch_end(SimpleNamespace(datamodule=dm), module, outputs, [a], 0)
         assert set(dm.next) == expected and forest.added == len(expected)

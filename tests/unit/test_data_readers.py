@@ -22,29 +22,59 @@ from lit_rag.types import Example, Passage
 
 # file -> (format, count, first id, first question, first answers)
 SAMPLES = {
-    "hotpotqa_dev10.jsonl": ("hotpotqa", 10, "5ade063d5542995b365fabcd",
-                             "Donnie Smith who plays as a left back for New England Revolution "
-                             "belongs to what league featuring 22 teams?", ["Major League Soccer"]),
-    "hotpotqa_train100.json": ("hotpotqa", 100, "5a77ec115542992a6e59dff7",
-                               "If Gallu is a demon Lilu is what?", ["a spirit"]),
-    "2wikimultihopqa_dev10.jsonl": ("2wiki", 10, "f3e6c20309ab11ebbdb0ac1f6bf848b6",
-                                    "Which song was released more recently, Come With Me (Pure "
-                                    "Imagination) or Hold On Me (Grinspoon Song)?",
-                                    ["Come With Me (Pure Imagination)"]),
-    "musique_dev10.jsonl": ("musique", 10, "2hop__227791_75487",
-                            "Who is the federal leader of the political party Ken Epp belongs to?",
-                            ["Andrew Scheer"]),
-    "musique_train100.json": ("musique", 100, "2hop__150763_14904",
-                              "Who was the first president of the association which published "
-                              "Journal of Psychotherapy Integration?",
-                              ["G. Stanley Hall", "Stanley Hall"]),
-    "bamboogle_flashrag.jsonl": ("flashrag", 125, "test_0",
-                                 "Who was president of the United States in the year that "
-                                 "Citibank was founded?", ["james madison"]),
+    "hotpotqa_dev10.jsonl": (
+        "hotpotqa",
+        10,
+        "5ade063d5542995b365fabcd",
+        "Donnie Smith who plays as a left back for New England Revolution "
+        "belongs to what league featuring 22 teams?",
+        ["Major League Soccer"],
+    ),
+    "hotpotqa_train100.json": (
+        "hotpotqa",
+        100,
+        "5a77ec115542992a6e59dff7",
+        "If Gallu is a demon Lilu is what?",
+        ["a spirit"],
+    ),
+    "2wikimultihopqa_dev10.jsonl": (
+        "2wiki",
+        10,
+        "f3e6c20309ab11ebbdb0ac1f6bf848b6",
+        "Which song was released more recently, Come With Me (Pure "
+        "Imagination) or Hold On Me (Grinspoon Song)?",
+        ["Come With Me (Pure Imagination)"],
+    ),
+    "musique_dev10.jsonl": (
+        "musique",
+        10,
+        "2hop__227791_75487",
+        "Who is the federal leader of the political party Ken Epp belongs to?",
+        ["Andrew Scheer"],
+    ),
+    "musique_train100.json": (
+        "musique",
+        100,
+        "2hop__150763_14904",
+        "Who was the first president of the association which published "
+        "Journal of Psychotherapy Integration?",
+        ["G. Stanley Hall", "Stanley Hall"],
+    ),
+    "bamboogle_flashrag.jsonl": (
+        "flashrag",
+        125,
+        "test_0",
+        "Who was president of the United States in the year that Citibank was founded?",
+        ["james madison"],
+    ),
     # README says 16, the file holds test_0 .. test_16 (its last line has no newline)
-    "nq_test16_flashrag.jsonl": ("flashrag", 17, "test_0",
-                                 "who got the first nobel prize in physics",
-                                 ["Wilhelm Conrad Röntgen"]),
+    "nq_test16_flashrag.jsonl": (
+        "flashrag",
+        17,
+        "test_0",
+        "who got the first nobel prize in physics",
+        ["Wilhelm Conrad Röntgen"],
+    ),
 }
 
 
@@ -76,8 +106,9 @@ def test_real_sample(shared_data: Path, name: str) -> None:
             assert ex.gold_ids, ex.id
 
 
-@pytest.mark.parametrize("name", ["hotpotqa_dev10.jsonl", "hotpotqa_train100.json",
-                                  "2wikimultihopqa_dev10.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["hotpotqa_dev10.jsonl", "hotpotqa_train100.json", "2wikimultihopqa_dev10.jsonl"]
+)
 def test_context_references_in_original_order(shared_data: Path, name: str) -> None:
     path = shared_data / name
     for raw, ex in zip(_raw_records(path), read_examples(path)):
@@ -94,7 +125,10 @@ def test_hotpotqa_first_row_by_hand(shared_data: Path) -> None:
     # context titles: MLS Cup 2005, Donnie Smith, ..., Major League Soccer (6th), ...
     assert ex.gold_ids == ["Donnie Smith", "Major League Soccer"]
     assert [p.id for p in ex.references][:3] == [
-        "MLS Cup 2005", "Donnie Smith", "Midnight Riders (MLS supporters association)"]
+        "MLS Cup 2005",
+        "Donnie Smith",
+        "Midnight Riders (MLS supporters association)",
+    ]
     assert len(ex.references) == 10
     assert ex.references[1].text.startswith('Donald W. "Donnie" Smith (born December 7, 1990')
     assert "  " not in ex.references[0].text
@@ -124,15 +158,23 @@ def test_musique_paragraphs_gold_and_duplicate_titles(shared_data: Path) -> None
     ex = examples["2hop__27650_27628"]
     ecb = [p.id for p in ex.references if p.title == "European Central Bank"]
     assert ecb == [
-        "European Central Bank", "European Central Bank (2)", "European Central Bank (3)"]
+        "European Central Bank",
+        "European Central Bank (2)",
+        "European Central Bank (3)",
+    ]
     assert ex.gold_ids == ["European Central Bank", "European Central Bank (2)"]
 
 
 def test_musique_answers_merge_aliases(tmp_path: Path) -> None:
-    row = {"id": "m1", "question": "Q?", "answer": "Paris",
-           "answer_aliases": ["paris", "Paris", "City of Light"],
-           "answerable": False, "question_decomposition": [{}, {}, {}],
-           "paragraphs": [{"idx": 0, "title": "A", "paragraph_text": "x", "is_supporting": True}]}
+    row = {
+        "id": "m1",
+        "question": "Q?",
+        "answer": "Paris",
+        "answer_aliases": ["paris", "Paris", "City of Light"],
+        "answerable": False,
+        "question_decomposition": [{}, {}, {}],
+        "paragraphs": [{"idx": 0, "title": "A", "paragraph_text": "x", "is_supporting": True}],
+    }
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps(row) + "\n")
     ex = read_musique(path)[0]
@@ -144,9 +186,15 @@ def test_musique_answers_merge_aliases(tmp_path: Path) -> None:
 
 
 def _hotpot_row(**overrides: object) -> dict:
-    row = {"_id": "h1", "question": "Where?", "answer": 1999, "type": "bridge", "level": "easy",
-           "supporting_facts": [["B", 0], ["A", 1], ["B", 0]],
-           "context": [["A", ["One.", " Two."]], ["B", ["Three."]], ["A", ["Four."]]]}
+    row = {
+        "_id": "h1",
+        "question": "Where?",
+        "answer": 1999,
+        "type": "bridge",
+        "level": "easy",
+        "supporting_facts": [["B", 0], ["A", 1], ["B", 0]],
+        "context": [["A", ["One.", " Two."]], ["B", ["Three."]], ["A", ["Four."]]],
+    }
     row.update(overrides)
     return row
 
@@ -261,9 +309,14 @@ def test_flashrag_metadata_goes_to_meta(tmp_path: Path) -> None:
 
 def test_litrag_round_trip(tmp_path: Path) -> None:
     examples = [
-        Example(id="e1", question="Who? \"quoted\" ünïcode", answers=["A", "B"],
-                references=[Passage("p1", "T1", "Text one."), Passage("p2", "", "Two.")],
-                gold_ids=["p2"], meta={"hops": 2, "chain": ["a", "b"], "nested": {"x": [1, 2]}}),
+        Example(
+            id="e1",
+            question='Who? "quoted" ünïcode',
+            answers=["A", "B"],
+            references=[Passage("p1", "T1", "Text one."), Passage("p2", "", "Two.")],
+            gold_ids=["p2"],
+            meta={"hops": 2, "chain": ["a", "b"], "nested": {"x": [1, 2]}},
+        ),
         Example(id="e2", question="Q2", answers=["x"]),
     ]
     path = write_litrag(examples, tmp_path / "sub" / "out.jsonl")
@@ -277,7 +330,12 @@ def test_litrag_round_trip_of_real_reader_output(shared_data: Path, tmp_path: Pa
 
 
 def test_litrag_gold_must_be_a_reference(tmp_path: Path) -> None:
-    row = {"id": "l", "question": "q", "answers": ["a"],
-           "references": [{"id": "p1", "title": "", "text": "t"}], "gold_ids": ["p9"]}
+    row = {
+        "id": "l",
+        "question": "q",
+        "answers": ["a"],
+        "references": [{"id": "p1", "title": "", "text": "t"}],
+        "gold_ids": ["p9"],
+    }
     with pytest.raises(DatasetFormatError, match=r"l\.jsonl:1: gold_ids \['p9'\] are not ids"):
         read_litrag(_write_jsonl(tmp_path / "l.jsonl", [row]))

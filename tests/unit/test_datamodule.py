@@ -67,7 +67,8 @@ def test_max_references_keeps_all_gold() -> None:
         distractors = [p for p in ex.references if p.id not in ex.gold_ids]
         assert [p for p in cut.references if p.id not in ex.gold_ids] == distractors[:2]
         assert [p.id for p in cut.references] == [
-            p.id for p in ex.references if p in cut.references]  # order kept
+            p.id for p in ex.references if p in cut.references
+        ]  # order kept
 
 
 def test_limit_references_when_gold_exceeds_budget() -> None:
@@ -83,11 +84,17 @@ def test_bad_sizes_name_the_key(key: str) -> None:
         QADataModule(**{key: 0})
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"format": "hotpot"}, "data.format must be one of auto, hotpotqa, 2wiki, musique, flashrag, "
-                           "litrag; got 'hotpot'"),
-    ({"hops": [2, 5]}, "data.hops must be a non-empty list of values in 1..4; got [2, 5]"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"format": "hotpot"},
+            "data.format must be one of auto, hotpotqa, 2wiki, musique, flashrag, "
+            "litrag; got 'hotpot'",
+        ),
+        ({"hops": [2, 5]}, "data.hops must be a non-empty list of values in 1..4; got [2, 5]"),
+    ],
+)
 def test_bad_choices_name_the_key(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError) as err:
         QADataModule(**kwargs)
@@ -139,8 +146,9 @@ def test_loader_state_saved_at_epoch_end_moves_to_next_epoch() -> None:
 
 
 def test_loader_shards_across_ranks() -> None:
-    shards = [ResumableLoader(_examples(11), batch_size=2, seed=3, num_replicas=2, rank=r)
-              for r in (0, 1)]
+    shards = [
+        ResumableLoader(_examples(11), batch_size=2, seed=3, num_replicas=2, rank=r) for r in (0, 1)
+    ]
     ids = [[i for batch in list(s) for i in [ex.id for ex in batch]] for s in shards]
     assert len(ids[0]) == len(ids[1]) == 5  # 11 examples -> 10 usable, 5 per rank
     assert not set(ids[0]) & set(ids[1])
@@ -172,14 +180,23 @@ class _RecordingModule(L.LightningModule):
 
 def _trainer(root: Path, max_steps: int, callbacks: list | None = None) -> L.Trainer:
     return L.Trainer(
-        default_root_dir=root, max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks or [],
-        enable_checkpointing=bool(callbacks), num_sanity_val_steps=0,
+        default_root_dir=root,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks or [],
+        enable_checkpointing=bool(callbacks),
+        num_sanity_val_steps=0,
     )
 
 
-@pytest.mark.parametrize(("stop", "state"), [(7, {"epoch": 1, "batches_yielded": 2}),
-                                           (5, {"epoch": 0, "batches_yielded": 5})])
+@pytest.mark.parametrize(
+    ("stop", "state"),
+    [(7, {"epoch": 1, "batches_yielded": 2}), (5, {"epoch": 0, "batches_yielded": 5})],
+)
 def test_trainer_resume_sees_the_same_batches(tmp_path: Path, stop: int, state: dict) -> None:
     """20 examples / batch 4 = 5 steps an epoch; stop at step 7 (epoch 1 after 2 batches) or at
     step 5 (the end of epoch 0), resume with ``ckpt_path`` and run to step 12."""

@@ -14,7 +14,35 @@ from lit_rag.plugins.retrievers.dense import DenseRetriever
 from lit_rag.retrieval.manifest import IndexMismatchError, IndexNotFoundError
 from lit_rag.types import Passage
 
-WORDS = ["the", "a", "of", "in", "is", "was", "river", "city", "mountain", "paris", "london", "tokyo", "bridge", "castle", "tower", "founded", "built", "king", "queen", "music", "film", "painter", "lake", "forest", "museum", "island", "train"]
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "in",
+    "is",
+    "was",
+    "river",
+    "city",
+    "mountain",
+    "paris",
+    "london",
+    "tokyo",
+    "bridge",
+    "castle",
+    "tower",
+    "founded",
+    "built",
+    "king",
+    "queen",
+    "music",
+    "film",
+    "painter",
+    "lake",
+    "forest",
+    "museum",
+    "island",
+    "train",
+]
 
 PASSAGES = [
     Passage("p0", "Paris", "paris is a city of music"),
@@ -41,8 +69,14 @@ def tiny_encoder(tmp_path_factory) -> str:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(folder)
     BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
     return str(folder)
@@ -104,8 +138,14 @@ def test_empty_unicode_and_large_k(tiny_encoder):
 
 def test_save_load_round_trip_is_identical(tiny_encoder, tmp_path):
     for faiss_index in ("flat", "hnsw", "ivf"):
-        retriever = built(tiny_encoder, faiss_index=faiss_index, nlist=2, pq_m=8,
-                          query_prefix="query: ", passage_prefix="passage: ")
+        retriever = built(
+            tiny_encoder,
+            faiss_index=faiss_index,
+            nlist=2,
+            pq_m=8,
+            query_prefix="query: ",
+            passage_prefix="passage: ",
+        )
         folder = tmp_path / faiss_index
         retriever.save(folder)
         files = {p.name for p in folder.iterdir()}
@@ -133,8 +173,9 @@ def test_load_with_other_encoder_fails(tiny_encoder, tmp_path):
 def test_manifest_encoder_needs_the_users_consent(tiny_encoder, tmp_path):
     built(tiny_encoder).save(tmp_path / "idx")
     # not passed, not allowed: the path in the manifest is named, not loaded
-    with pytest.raises(IndexMismatchError, match=f"was built with encoder '{tiny_encoder}'; "
-                                                 "pass that encoder") as info:
+    with pytest.raises(
+        IndexMismatchError, match=f"was built with encoder '{tiny_encoder}'; pass that encoder"
+    ) as info:
         DenseRetriever.load(tmp_path / "idx")
     assert "--trust-manifest-encoder" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(IndexMismatchError, match="was built with encoder"):

@@ -76,7 +76,9 @@ def test_closed_book_rollout_with_the_hf_engine(tiny_policy):
     # the same draw straight from the engine: the base passes each generation through unchanged
     torch.manual_seed(0)
     direct = engine.generate(env.prompts(EXAMPLES, tok, 3).repeated, params)
-    assert [t.completion_ids.tolist() for t in trajectories] == [g.token_ids.tolist() for g in direct]
+    assert [t.completion_ids.tolist() for t in trajectories] == [
+        g.token_ids.tolist() for g in direct
+    ]
     assert all(torch.equal(t.sampling_logprobs, g.logprobs) for t, g in zip(trajectories, direct))
     assert [t.truncated for t in trajectories] == [not g.finished for g in direct]
 
@@ -84,11 +86,17 @@ def test_closed_book_rollout_with_the_hf_engine(tiny_policy):
     assert [t.group for t in trajectories] == [0, 0, 0, 1, 1, 1]
     assert [t.example.id for t in trajectories] == ["q1"] * 3 + ["q2"] * 3
     for t in trajectories:
-        expected = tok.apply_chat_template(
-            [{"role": "system", "content": CLOSED_BOOK_PROMPT},
-             {"role": "user", "content": f"Question: {t.example.question}"}],
-            add_generation_prompt=True, tokenize=False,
-        ) + "<answer>"
+        expected = (
+            tok.apply_chat_template(
+                [
+                    {"role": "system", "content": CLOSED_BOOK_PROMPT},
+                    {"role": "user", "content": f"Question: {t.example.question}"},
+                ],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            + "<answer>"
+        )
         assert t.prompt_text == expected
         assert t.prompt_ids.tolist() == tok(expected, add_special_tokens=False)["input_ids"]
         assert t.prompt_ids.dtype == t.completion_ids.dtype == torch.long
@@ -160,8 +168,17 @@ def test_default_build_prompt_and_rollout(tiny_policy):
 
 def test_trajectory_makes_tensors_and_keeps_given_ones():
     env = QuestionOnly()
-    t = env.trajectory(EXAMPLES[0], 1, [5, 6], [7, 8, 9], [-0.5, 0.0, -1.0], "x",
-                       loss_mask=[1, 0, 1], prompt_text="p", meta={"turns": 2})
+    t = env.trajectory(
+        EXAMPLES[0],
+        1,
+        [5, 6],
+        [7, 8, 9],
+        [-0.5, 0.0, -1.0],
+        "x",
+        loss_mask=[1, 0, 1],
+        prompt_text="p",
+        meta={"turns": 2},
+    )
     assert (t.prompt_ids.dtype, t.completion_ids.dtype, t.loss_mask.dtype) == (torch.long,) * 3
     assert t.sampling_logprobs.dtype == torch.float32
     assert t.loss_mask.tolist() == [1, 0, 1] and t.num_generated == 2

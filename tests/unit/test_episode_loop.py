@@ -29,8 +29,12 @@ CORPUS = [
     Passage("n2", "Vell Works", "Vell Works makes boats in the city of Ardun."),
 ]
 EXAMPLES = [
-    Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"],
-            gold_ids=["g1", "g2"]),
+    Example(
+        id="q1",
+        question="Where was the founder of Orbel Mills born?",
+        answers=["Kessa"],
+        gold_ids=["g1", "g2"],
+    ),
     Example(id="q2", question="Which region is Kessa in?", answers=["Dorvale"], gold_ids=["n1"]),
     Example(id="q3", question="What does Vell Works make?", answers=["boats"], gold_ids=["n2"]),
     Example(id="q4", question="Who founded Orbel Mills?", answers=["Mira Tolvan"], gold_ids=["g1"]),
@@ -86,8 +90,9 @@ class KeyedPolicy(RolloutEngine):
         finished = len(ids) <= params.max_new_tokens
         ids = ids[: params.max_new_tokens]
         logprobs = torch.full((len(ids),), -(1 + key % 5) / 8)
-        return Generation(torch.tensor(ids, dtype=torch.long), logprobs,
-                          self.tokenizer.decode(ids), finished)
+        return Generation(
+            torch.tensor(ids, dtype=torch.long), logprobs, self.tokenizer.decode(ids), finished
+        )
 
 
 class OutOfOrderPolicy(KeyedPolicy):
@@ -126,12 +131,18 @@ def assert_same(phased, loose, timing=("retrieval_s", "generation_s")):
     assert len(phased) == len(loose) > 0
     for a, b in zip(phased, loose):
         assert (a.example.id, a.group, a.text, a.prompt_text, a.truncated) == (
-            b.example.id, b.group, b.text, b.prompt_text, b.truncated)
+            b.example.id,
+            b.group,
+            b.text,
+            b.prompt_text,
+            b.truncated,
+        )
         for name in ("prompt_ids", "completion_ids", "loss_mask", "sampling_logprobs"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
         assert a.steps == b.steps
         assert {k: v for k, v in a.meta.items() if k not in timing} == {
-            k: v for k, v in b.meta.items() if k not in timing}
+            k: v for k, v in b.meta.items() if k not in timing
+        }
 
 
 def both(tok, texts, run):
@@ -140,16 +151,21 @@ def both(tok, texts, run):
     return run(phased), run(loose), phased, loose
 
 
-@pytest.mark.parametrize("settings", [
-    {"max_turns": 3},
-    {"max_turns": 2, "evaluate": False, "answer_after_max_turns": True},
-    {"max_turns": 3, "evaluate_prefix": "<evaluate>", "max_response_tokens": 150, "top_k": 1},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"max_turns": 3},
+        {"max_turns": 2, "evaluate": False, "answer_after_max_turns": True},
+        {"max_turns": 3, "evaluate_prefix": "<evaluate>", "max_response_tokens": 150, "top_k": 1},
+    ],
+)
 def test_search_agent_out_of_order_equals_phase_by_phase(tiny_policy, retriever, settings):
     _, tok = tiny_policy
     env = SearchAgentEnvironment(retriever, **settings)
     params = SamplingParams(max_new_tokens=48, temperature=0.7)
-    phased, loose, _, engine = both(tok, SEARCH_TEXTS, lambda e: env.rollout(EXAMPLES, e, 2, params))
+    phased, loose, _, engine = both(
+        tok, SEARCH_TEXTS, lambda e: env.rollout(EXAMPLES, e, 2, params)
+    )
     assert_same(phased, loose)
     assert {s.action for t in phased for s in t.steps} >= {"search", "answer"}
     assert any(t.loss_mask.min() == 0 for t in phased)  # documents or messages were inserted
@@ -168,25 +184,34 @@ def main_then_siblings(env: QueryRewriterEnvironment, examples, engine, group_si
             branches.append((e, t, siblings))
             pending += siblings
     env._advance(pending, engine, params)
-    return [env._trajectory(member, t, state=f"{e.group}:{t}")
-            for e, t, siblings in branches for member in [e, *siblings]]
+    return [
+        env._trajectory(member, t, state=f"{e.group}:{t}")
+        for e, t, siblings in branches
+        for member in [e, *siblings]
+    ]
 
 
 def test_query_rewriter_out_of_order_equals_phase_by_phase(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=2)
     params = SamplingParams(max_new_tokens=48, temperature=0.7)
-    phased, loose, in_order, engine = both(tok, REWRITE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 3, params))
+    phased, loose, in_order, engine = both(
+        tok, REWRITE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 3, params)
+    )
     assert_same(phased, loose)
     # siblings started at their state as the main episode reaches it give what the phases gave
-    assert_same(main_then_siblings(env, EXAMPLES, KeyedPolicy(tok, REWRITE_TEXTS), 3, params), phased)
+    assert_same(
+        main_then_siblings(env, EXAMPLES, KeyedPolicy(tok, REWRITE_TEXTS), 3, params), phased
+    )
     # ... in fewer generate calls: the first call holds every main episode and its siblings at s_0
     reference = KeyedPolicy(tok, REWRITE_TEXTS)
     main_then_siblings(env, EXAMPLES, reference, 3, params)
     assert in_order.calls < reference.calls
     assert {s.action for t in phased for s in t.steps} >= {"search", "invalid"}
     assert engine.overtaken > 0 and engine.moved_on > 0
-    phased, loose, _, _ = both(tok, REWRITE_TEXTS, lambda e: env.validation_rollout(EXAMPLES, e, params))
+    phased, loose, _, _ = both(
+        tok, REWRITE_TEXTS, lambda e: env.validation_rollout(EXAMPLES, e, params)
+    )
     assert_same(phased, loose)
 
 
@@ -194,11 +219,15 @@ def test_retrieval_tree_out_of_order_equals_phase_by_phase(tiny_policy, retrieve
     _, tok = tiny_policy
     env = RetrievalTreeEnvironment(retriever, top_k=1, val_top_t=1, max_iterations=3)
     params = SamplingParams(max_new_tokens=96, temperature=0.7)
-    phased, loose, in_order, _ = both(tok, TREE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 2, params))
+    phased, loose, in_order, _ = both(
+        tok, TREE_TEXTS, lambda e: env.rollout(EXAMPLES, e, 2, params)
+    )
     assert_same(phased, loose)
     assert in_order.calls == 1  # one expansion per sample: one generate call, as before
     assert env.next_contexts(phased) == env.next_contexts(loose)
-    phased, loose, _, engine = both(tok, TREE_TEXTS, lambda e: env.validation_rollout(EXAMPLES, e, params))
+    phased, loose, _, engine = both(
+        tok, TREE_TEXTS, lambda e: env.validation_rollout(EXAMPLES, e, params)
+    )
     assert_same(phased, loose)
     assert max(t.meta["iterations"] for t in phased) > 1 and engine.moved_on > 0
 
@@ -220,9 +249,13 @@ def test_a_new_environment_writes_handlers_only(tiny_policy, retriever):
         e.end("answer")
 
     prompts = Prompts(texts=["a", "b"], ids=[[1, 2], [3]], group_size=1)
-    loop = EpisodeLoop(OutOfOrderPolicy(tok, ["<answer>x</answer>"]), SamplingParams(max_new_tokens=8), retriever)
-    a, b = loop.run(start_episodes(EXAMPLES[:2], prompts),
-                    {"start": query, "answer": answer, "done_answering": done})
+    loop = EpisodeLoop(
+        OutOfOrderPolicy(tok, ["<answer>x</answer>"]), SamplingParams(max_new_tokens=8), retriever
+    )
+    a, b = loop.run(
+        start_episodes(EXAMPLES[:2], prompts),
+        {"start": query, "answer": answer, "done_answering": done},
+    )
     assert a.done and a.stop_reason == "answer" and a.passages and a.text.startswith("[")
     inserted = len(loop.encode(a.pieces[0]))
     assert a.mask == [0] * inserted + [1] * (len(a.ids) - inserted)
@@ -237,7 +270,9 @@ def test_loop_errors_name_the_state(tiny_policy):
     with pytest.raises(KeyError, match="episode state 'start' has no handler; handlers: go"):
         EpisodeLoop(engine, SamplingParams()).run([e], {"go": lambda *_: None})
     with pytest.raises(TypeError, match="handler of state 'start' returned 'x'"):
-        EpisodeLoop(engine, SamplingParams()).run([Episode(EXAMPLES[0], 0, [1])], {"start": lambda *_: "x"})
+        EpisodeLoop(engine, SamplingParams()).run(
+            [Episode(EXAMPLES[0], 0, [1])], {"start": lambda *_: "x"}
+        )
 
     class Silent(KeyedPolicy):
         def collect(self):
@@ -245,4 +280,6 @@ def test_loop_errors_name_the_state(tiny_policy):
 
     with pytest.raises(RuntimeError, match="collected nothing with 1 segments submitted"):
         EpisodeLoop(Silent(tok, ["x"]), SamplingParams()).run(
-            [Episode(EXAMPLES[0], 0, [1])], {"start": lambda loop, e, _: Generate("s", [1], loop.params)})
+            [Episode(EXAMPLES[0], 0, [1])],
+            {"start": lambda loop, e, _: Generate("s", [1], loop.params)},
+        )

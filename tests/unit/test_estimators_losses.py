@@ -32,7 +32,9 @@ EPS = PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2)
 
 def close(actual: torch.Tensor, expected: list, atol: float = 1e-6) -> None:
     """``actual`` equals the nested list ``expected`` to ``atol``."""
-    torch.testing.assert_close(actual.detach(), torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        actual.detach(), torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=0
+    )
 
 
 def traj(group: int, n_tokens: int) -> Trajectory:
@@ -76,7 +78,9 @@ def test_rloo_scale_rewards_group_and_batch() -> None:
     r = torch.tensor([1.0, 2.0, 3.0, 6.0])
     std = math.sqrt(14 / 3)
     adv = rloo(r, torch.zeros(4, dtype=torch.long), "group")
-    assert adv.tolist() == pytest.approx([v / (std + 1e-4) for v in (-8 / 3, -4 / 3, 0, 4)], abs=1e-6)
+    assert adv.tolist() == pytest.approx(
+        [v / (std + 1e-4) for v in (-8 / 3, -4 / 3, 0, 4)], abs=1e-6
+    )
     # two groups [1, 3] and [0, 4]: unscaled A = [-2, 2] and [-4, 4]
     #   batch: mean of [1, 3, 0, 4] is 2, std sqrt((1 + 1 + 4 + 4) / 3) = sqrt(10/3) = 1.82574
     #          -> A / (1.82574 + 1e-4)
@@ -86,11 +90,15 @@ def test_rloo_scale_rewards_group_and_batch() -> None:
     sb = math.sqrt(10 / 3) + 1e-4
     assert rloo(r, g, "batch").tolist() == pytest.approx([v / sb for v in (-2, 2, -4, 4)], abs=1e-6)
     s2, s8 = math.sqrt(2) + 1e-4, math.sqrt(8) + 1e-4
-    assert rloo(r, g, "group").tolist() == pytest.approx([-2 / s2, 2 / s2, -4 / s8, 4 / s8], abs=1e-6)
+    assert rloo(r, g, "group").tolist() == pytest.approx(
+        [-2 / s2, 2 / s2, -4 / s8, 4 / s8], abs=1e-6
+    )
     assert rloo(r, g, "none").tolist() == [-2.0, 2.0, -4.0, 4.0]
 
 
-def _old_grpo_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+def _old_grpo_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str
+) -> torch.Tensor:
     """GRPO.advantages as it was before the estimators were split out (commit d965faa)."""
     advantages = torch.zeros_like(rewards)
     batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_tensor(0.0)
@@ -143,7 +151,9 @@ def test_gspo_value_is_the_sequence_ratio_on_every_token() -> None:
     close(out.per_token * mask, [[-s0, -s0, 0.0], [1.6, 0.0, 0.0]])
     # sequences: row 0 inside the range, row 1 outside -> 1 of 2
     assert out.metrics["clip_fraction"].item() == pytest.approx(0.5)
-    assert out.metrics["sequence_ratio_mean"].item() == pytest.approx((s0 + math.exp(-0.5)) / 2, abs=1e-6)
+    assert out.metrics["sequence_ratio_mean"].item() == pytest.approx(
+        (s0 + math.exp(-0.5)) / 2, abs=1e-6
+    )
 
 
 def _paper_gspo_objective(logp, old, adv, mask, eps):
@@ -193,7 +203,8 @@ def test_gspo_clip_fraction_counts_sequences_not_tokens() -> None:
     assert out.metrics["clip_fraction"].item() == pytest.approx(1 / 3)
     # mean ratio over the 3 sequences: (1.64872 + 1 + 1.10517) / 3
     assert out.metrics["sequence_ratio_mean"].item() == pytest.approx(
-        (math.exp(0.5) + 1 + math.exp(0.1)) / 3, abs=1e-6)
+        (math.exp(0.5) + 1 + math.exp(0.1)) / 3, abs=1e-6
+    )
 
 
 def test_gspo_and_ppo_clip_differ_on_mixed_token_ratios() -> None:
@@ -239,13 +250,16 @@ def test_grpo_with_rloo_and_gspo_end_to_end() -> None:
     # gradient on each token: -A * s * w = row 0: -3 * 1 / 3 = -1; row 1: 1.5 * 1.10517 / 6 = 0.27629;
     #   row 2: clipped, 0; padding: 0 (even where its log-prob is -inf)
     algo = GRPO(advantage="rloo", policy_loss="gspo", scale_rewards="none", beta=0.0)
-    prepared = algo.prepare([traj(0, 1), traj(0, 2), traj(0, 3)],
-                            RewardBreakdown(total=torch.tensor([3.0, 0.0, 0.0])))
+    prepared = algo.prepare(
+        [traj(0, 1), traj(0, 2), traj(0, 3)], RewardBreakdown(total=torch.tensor([3.0, 0.0, 0.0]))
+    )
     assert isinstance(prepared, Prepared) and isinstance(prepared.batch, TrainBatch)
     batch = prepared.batch
     assert batch.advantages.tolist() == pytest.approx([3.0, -1.5, -1.5])
     inf = float("-inf")
-    batch.logprobs = torch.tensor([[-1.0, inf, inf], [-1.0, -1.0, inf], [-1.0, -1.0, -1.0]], requires_grad=True)
+    batch.logprobs = torch.tensor(
+        [[-1.0, inf, inf], [-1.0, -1.0, inf], [-1.0, -1.0, -1.0]], requires_grad=True
+    )
     batch.old_logprobs = torch.tensor([[-1.0, 0.0, 0.0], [-1.2, -1.0, 0.0], [-0.7, -0.7, -0.7]])
     out = algo.loss(batch)
     s1 = math.exp(0.1)
@@ -257,10 +271,14 @@ def test_grpo_with_rloo_and_gspo_end_to_end() -> None:
 
 
 def test_unknown_estimator_or_loss_is_one_line_listing_installed() -> None:
-    with pytest.raises(PluginError, match=r"unknown advantage 'rlo'; installed: .*grpo, .*rloo") as info:
+    with pytest.raises(
+        PluginError, match=r"unknown advantage 'rlo'; installed: .*grpo, .*rloo"
+    ) as info:
         GRPO(advantage="rlo")
     assert "\n" not in str(info.value)
-    with pytest.raises(PluginError, match=r"unknown policy_loss 'gpso'; installed: gspo, ppo_clip") as info:
+    with pytest.raises(
+        PluginError, match=r"unknown policy_loss 'gpso'; installed: gspo, ppo_clip"
+    ) as info:
         GRPO(policy_loss="gpso")
     assert "\n" not in str(info.value)
 
@@ -271,7 +289,9 @@ def best_only():
     seen: list[str] = []
 
     @register_advantage("test_best_only")
-    def best_only(rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str = "none") -> torch.Tensor:
+    def best_only(
+        rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str = "none"
+    ) -> torch.Tensor:
         seen.append(scale_rewards)
         best = torch.stack([rewards[groups == g].max() for g in groups.tolist()])  # [N]
         return (rewards == best).float()

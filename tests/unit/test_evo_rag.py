@@ -13,9 +13,17 @@ from lit_rag.plugins.rewards.evo_rag import TABLE_1, EvoRagReward, GoldCoverageV
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 from tests.helpers import train_batch
 
-EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
+EX = Example(
+    id="q",
+    question="Where was the founder of Orbel Mills born?",
+    answers=["Kessa"],
+    gold_ids=["g1", "g2"],
+)
 VECTORS = {  # cos(a, a2) = 0.8, cos(a, b) = 0, cos(a, c) = -0.6
-    "a": [1.0, 0.0], "a2": [0.8, 0.6], "b": [0.0, 1.0], "c": [-0.6, 0.8],
+    "a": [1.0, 0.0],
+    "a2": [0.8, 0.6],
+    "b": [0.0, 1.0],
+    "c": [-0.6, 0.8],
 }
 
 
@@ -32,13 +40,16 @@ def traj(*steps: Step, example=EX) -> Trajectory:
 
 def test_each_step_reward_by_hand():
     r = reward(t_max=20)
-    raw = r.step_rewards(EX, [
-        Step("search", "a", ["g1"]),     # t=0: hit -> r_ret +1; first query -> r_dup 0
-        Step("search", "a2", ["x"]),     # t=1: miss -> -1; r_dup = -max(cos(a2, a)) = -0.8
-        Step("backtrack"),               # t=2: r_bt = -1
-        Step("refuse"),                  # t=3: evidence {g1, x} lacks g2 -> not enough -> +1
-        Step("answer", text="the Kessa"),  # t=4, terminal: EM 1, F1 1 -> (1 + 1) / 2 = 1
-    ])
+    raw = r.step_rewards(
+        EX,
+        [
+            Step("search", "a", ["g1"]),  # t=0: hit -> r_ret +1; first query -> r_dup 0
+            Step("search", "a2", ["x"]),  # t=1: miss -> -1; r_dup = -max(cos(a2, a)) = -0.8
+            Step("backtrack"),  # t=2: r_bt = -1
+            Step("refuse"),  # t=3: evidence {g1, x} lacks g2 -> not enough -> +1
+            Step("answer", text="the Kessa"),  # t=4, terminal: EM 1, F1 1 -> (1 + 1) / 2 = 1
+        ],
+    )
     assert raw["retrieval"] == [1.0, -1.0, 0.0, 0.0, 0.0]
     assert raw["overlap"] == pytest.approx([0.0, -0.8, 0.0, 0.0, 0.0])
     assert raw["backtrack"] == [0.0, 0.0, -1.0, 0.0, 0.0]
@@ -51,14 +62,28 @@ def test_each_step_reward_by_hand():
 def test_action_penalty_boundary_at_p_0_3():
     # T_max = 10: p(2) = 0.2 < 0.3 (free), p(3) = 0.3 >= 0.3 (pays -1[r_dup < 0])
     r = reward(t_max=10)
-    steps = [Step("search", "a", ["x"]), Step("search", "b", ["x"]),
-             Step("search", "a2", ["x"]), Step("search", "c", ["x"])]
+    steps = [
+        Step("search", "a", ["x"]),
+        Step("search", "b", ["x"]),
+        Step("search", "a2", ["x"]),
+        Step("search", "c", ["x"]),
+    ]
     raw = r.step_rewards(EX, steps)
     # overlaps: t=1 b vs a: -0 ; t=2 a2 vs {a, b}: -max(0.8, 0.6) = -0.8 ; t=3 c vs {a,b,a2}: -max(-0.6, 0.8, 0.0) = -0.8
     assert raw["overlap"] == pytest.approx([0.0, 0.0, -0.8, -0.8])
-    assert raw["action"] == [0.0, 0.0, 0.0, -1.0]  # t=2 overlaps but is early; t=3 is late and overlaps
+    assert raw["action"] == [
+        0.0,
+        0.0,
+        0.0,
+        -1.0,
+    ]  # t=2 overlaps but is early; t=3 is late and overlaps
     # a late search with no overlap (r_dup = 0, not < 0) pays nothing
-    raw = r.step_rewards(EX, [Step("search", "a", ["x"])] * 0 + [Step("answer", text="x")] * 3 + [Step("search", "a", ["x"])])
+    raw = r.step_rewards(
+        EX,
+        [Step("search", "a", ["x"])] * 0
+        + [Step("answer", text="x")] * 3
+        + [Step("search", "a", ["x"])],
+    )
     assert raw["action"] == [0.0, 0.0, 0.0, 0.0]
 
 
@@ -90,13 +115,18 @@ def test_weighted_total_uses_the_time_dependent_weights():
     assert float(out.total[0, 0]) == pytest.approx(1.98)
     assert float(out.total[0, 1]) == pytest.approx(0.031)
     assert float(out.total[0, 2:].abs().sum()) == 0.0
-    assert float(r.returns([traj(Step("search", "a", ["g1"]), Step("answer", text="Kessa"))])[0]) == pytest.approx(2.011)
+    assert float(
+        r.returns([traj(Step("search", "a", ["g1"]), Step("answer", text="Kessa"))])[0]
+    ) == pytest.approx(2.011)
 
 
-@pytest.mark.parametrize("stage,expect", [
-    ("discovery", {0: "start", 10: "half", 20: "mid"}),
-    ("refinement", {0: "mid", 10: "half", 20: "end"}),
-])
+@pytest.mark.parametrize(
+    "stage,expect",
+    [
+        ("discovery", {0: "start", 10: "half", 20: "mid"}),
+        ("refinement", {0: "mid", 10: "half", 20: "end"}),
+    ],
+)
 def test_scheduler_weights_at_0_half_and_t_max(stage, expect):
     r = reward(t_max=20, stage=stage)
     col = {"start": 0, "mid": 1, "end": 2}
@@ -118,7 +148,10 @@ def test_scheduler_callback_switches_anchors():
 
     sched = RewardWeightScheduler(stage="discovery")
     sched.set_stage(Module, "refinement")
-    assert Module.reward.weights_at(0)["answer"] == 0.10 and Module.reward.weights_at(20)["answer"] == 1.0
+    assert (
+        Module.reward.weights_at(0)["answer"] == 0.10
+        and Module.reward.weights_at(20)["answer"] == 1.0
+    )
     custom = RewardWeightScheduler(table={k: [1.0, 2.0, 3.0] for k in TABLE_1})
     custom.set_stage(Module, "discovery")
     assert Module.reward.weights_at(10)["retrieval"] == pytest.approx(1.5)
@@ -163,7 +196,9 @@ def test_local_model_verifier_reads_yes_or_no_and_caches():
     from lit_rag.modules.loading import ModelConfig, TinyConfig
     from lit_rag.plugins.rewards.evo_rag import LocalModelVerifier
 
-    verifier = LocalModelVerifier(ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2)))
+    verifier = LocalModelVerifier(
+        ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
+    )
     evidence = [Passage("g1", "Orbel Mills", "Orbel Mills was founded by Mira Tolvan.")]
     assert isinstance(verifier(EX, evidence), bool)  # a real (random) tiny model answers something
     asked = []

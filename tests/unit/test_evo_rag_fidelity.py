@@ -33,15 +33,30 @@ from lit_rag.plugins.rewards.evo_rag import (
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
-EX = Example(id="q", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
+EX = Example(
+    id="q",
+    question="Where was the founder of Orbel Mills born?",
+    answers=["Kessa"],
+    gold_ids=["g1", "g2"],
+)
 G1 = Passage("g1", "Mira Tolvan", "Mira Tolvan, founder of Orbel Mills, was born in Kessa.")
 TINY = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
 
 
 def sibling(action_token: int, state="s", example=EX, steps=(), branch_step=0) -> Trajectory:
     """A sibling at ``state`` whose action there is one completion token."""
-    return Trajectory(example, 0, torch.tensor([1, 2]), torch.tensor([action_token]), torch.ones(1), torch.zeros(1),
-                      "", steps=list(steps), prompt_text="STATE", meta={"state": state, "branch_step": branch_step})
+    return Trajectory(
+        example,
+        0,
+        torch.tensor([1, 2]),
+        torch.tensor([action_token]),
+        torch.ones(1),
+        torch.zeros(1),
+        "",
+        steps=list(steps),
+        prompt_text="STATE",
+        meta={"state": state, "branch_step": branch_step},
+    )
 
 
 # ---- item 7: pairs only from branches ending in different actions ----------------------------
@@ -57,7 +72,10 @@ def test_identical_actions_form_no_pair_and_the_widest_different_pair_is_chosen(
     assert preference_pairs(same, torch.tensor([3.0, 0.0]), margin=0.2) == []
     # the reward model's pairs follow the same rule (Delta = 0.3): only 1.0 vs 0.5 and 0.5 vs 0.0
     breakdown = RewardBreakdown(total=returns, components={k: torch.zeros(3) for k in COMPONENTS})
-    assert sorted(round(p["margin"], 6) for p in sibling_pairs(rows, breakdown, threshold=0.3)) == [0.5, 0.5]
+    assert sorted(round(p["margin"], 6) for p in sibling_pairs(rows, breakdown, threshold=0.3)) == [
+        0.5,
+        0.5,
+    ]
 
 
 # ---- item 6: selection on the reward with delta = 0.2 by default ------------------------------
@@ -74,8 +92,11 @@ def test_selection_defaults_to_the_reward_with_margin_0_2():
 
 # ---- item 8: the model embeds the trajectory prefix (s_t, a_t) --------------------------------
 def test_reward_model_reads_the_state_and_the_action_not_the_rest_of_the_branch():
-    steps = [Step("search", "founder of Orbel Mills", ["g1"], ""), Step("search", "Mira Tolvan born", [], ""),
-             Step("answer", None, [], "Kessa")]
+    steps = [
+        Step("search", "founder of Orbel Mills", ["g1"], ""),
+        Step("search", "Mira Tolvan born", [], ""),
+        Step("answer", None, [], "Kessa"),
+    ]
     t = sibling(1, steps=steps, branch_step=1)
     # prefix: the state's prompt and the action at step 1 only
     assert trajectory_text(t) == "STATE\nsearch: Mira Tolvan born"
@@ -91,7 +112,9 @@ def test_reward_model_loss_is_the_papers_by_default_per_component_as_an_option()
     assert float(pairwise_loss(chosen, rejected)) == pytest.approx(expect_overall, rel=1e-5)
     # per component with signs (+1, -1): head 2 learns the reverse order: diffs (1, 1) -> 0.31326
     signs = torch.tensor([[1.0, -1.0]])
-    assert float(pairwise_loss(chosen, rejected, signs)) == pytest.approx(-math.log(1 / (1 + math.exp(-1))), rel=1e-5)
+    assert float(pairwise_loss(chosen, rejected, signs)) == pytest.approx(
+        -math.log(1 / (1 + math.exp(-1))), rel=1e-5
+    )
 
     def module(objective):
         m = RewardModelModule(encoder=TINY, heads=2, objective=objective)
@@ -102,14 +125,18 @@ def test_reward_model_loss_is_the_papers_by_default_per_component_as_an_option()
     pair = [{"chosen": "x+", "rejected": "x-", "signs": [1.0, -1.0]}]
     assert float(module("overall")._pair_step(pair)[0]) == pytest.approx(expect_overall, rel=1e-5)
     assert float(module("per_component")._pair_step(pair)[0]) == pytest.approx(0.31326, rel=1e-4)
-    with pytest.raises(ValueError, match="objective 'signs' is not known; allowed: overall, per_component"):
+    with pytest.raises(
+        ValueError, match="objective 'signs' is not known; allowed: overall, per_component"
+    ):
         RewardModelModule(encoder=TINY, objective="signs")
 
 
 # ---- item 4: Algorithm 1, collect M episodes then E epochs of DPO ----------------------------
 def _pairs_at(n: int, offset: int) -> tuple[list[Trajectory], RewardBreakdown]:
     """``n`` states, each with a chosen (return 1) and a rejected (return 0) action."""
-    rows = [sibling(offset + 2 * i + side, state=f"{offset}-{i}") for i in range(n) for side in (0, 1)]
+    rows = [
+        sibling(offset + 2 * i + side, state=f"{offset}-{i}") for i in range(n) for side in (0, 1)
+    ]
     return rows, RewardBreakdown(total=torch.tensor([1.0, 0.0] * n))
 
 
@@ -139,12 +166,17 @@ def test_dpo_store_goes_through_a_checkpoint(tmp_path):
     dpo.prepare(*_pairs_at(2, 10))
     torch.save({"algorithm": dpo.state_dict()}, tmp_path / "c.pt")
     fresh = DPO(collect_steps=3)
-    fresh.load_state_dict(torch.load(tmp_path / "c.pt", weights_only=True)["algorithm"])  # plain tensors
+    fresh.load_state_dict(
+        torch.load(tmp_path / "c.pt", weights_only=True)["algorithm"]
+    )  # plain tensors
     assert fresh.collected == 1 and len(fresh.stored) == 2
     assert torch.equal(fresh.stored[1]["rejected"]["completion_ids"], torch.tensor([13]))
     for d in (dpo, fresh):  # both continue alike: step 2 stores, step 3 trains on 2 + 2 + 2 pairs
         d.prepare(*_pairs_at(2, 20))
-    assert [float(d.prepare(*_pairs_at(2, 30)).metrics["pairs_used"]) for d in (dpo, fresh)] == [6.0, 6.0]
+    assert [float(d.prepare(*_pairs_at(2, 30)).metrics["pairs_used"]) for d in (dpo, fresh)] == [
+        6.0,
+        6.0,
+    ]
 
 
 class _Distinct(RolloutEngine):
@@ -171,19 +203,37 @@ def test_policy_module_runs_one_optimizer_step_per_mini_batch(tmp_path):
     rows = [{"id": f"q{i}", "question": f"question {i}?", "answers": ["x"]} for i in range(4)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     # margin -1 keeps every pair of different actions, whatever their even-token rewards
-    module = PolicyModule(policy=TINY, environment=SingleTurnEnvironment(), reward=EvenTokenReward(),
-                          algorithm=DPO(collect_steps=2, epochs=2, max_pairs=2, margin=-1.0), group_size=2,
-                          engine=_Distinct(), sampling=SamplingParams(max_new_tokens=4), micro_batch_size=2, lr=1e-3)
+    module = PolicyModule(
+        policy=TINY,
+        environment=SingleTurnEnvironment(),
+        reward=EvenTokenReward(),
+        algorithm=DPO(collect_steps=2, epochs=2, max_pairs=2, margin=-1.0),
+        group_size=2,
+        engine=_Distinct(),
+        sampling=SamplingParams(max_new_tokens=4),
+        micro_batch_size=2,
+        lr=1e-3,
+    )
     steps_seen = []
 
     class Watch(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             steps_seen.append(trainer.global_step)
 
-    trainer = L.Trainer(max_epochs=1, callbacks=[Watch()], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        num_sanity_val_steps=0, limit_val_batches=0)
-    trainer.fit(module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=2))
+    trainer = L.Trainer(
+        max_epochs=1,
+        callbacks=[Watch()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(
+        module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=2)
+    )
     assert float(trainer.callback_metrics["rollout/pairs_used"]) == 4.0
     assert float(trainer.callback_metrics["train/optimizer_steps"]) == 4.0
     assert steps_seen == [0, 4]
@@ -201,9 +251,22 @@ class _Judge(BaseHTTPRequestHandler):
         prompt = body["messages"][-1]["content"]
         type(self).seen.append(prompt)
         evidence = prompt.split("Evidence:", 1)[1]
-        reply = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": "Yes." if "Kessa" in evidence else "No."}}]}
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": "Yes." if "Kessa" in evidence else "No.",
+                    },
+                }
+            ],
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -228,10 +291,28 @@ def judge_url():
 
 def _episodes():
     hit = Step("search", "founder of Orbel Mills", ["g1"], "")
-    answer = Trajectory(EX, 0, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0),
-                        torch.zeros(0), "", steps=[hit, Step("answer", None, [], "Kessa")], meta={"passages": {"g1": G1}})
-    refuse = Trajectory(EX, 0, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0),
-                        torch.zeros(0), "", steps=[hit, Step("refuse", None, [], "")], meta={"passages": {"g1": G1}})
+    answer = Trajectory(
+        EX,
+        0,
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0),
+        torch.zeros(0),
+        "",
+        steps=[hit, Step("answer", None, [], "Kessa")],
+        meta={"passages": {"g1": G1}},
+    )
+    refuse = Trajectory(
+        EX,
+        0,
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0),
+        torch.zeros(0),
+        "",
+        steps=[hit, Step("refuse", None, [], "")],
+        meta={"passages": {"g1": G1}},
+    )
     return answer, refuse
 
 
@@ -255,7 +336,10 @@ def test_a_correct_answer_outscores_a_refusal_when_the_judge_says_the_evidence_s
     assert returns[0] > returns[1]
     stand_in = _reward(GoldCoverageVerifier())([answer, refuse]).total.sum(-1)
     assert stand_in.tolist() == pytest.approx([2.015, 2.4525], abs=1e-6)
-    assert len(_Judge.seen) == 1 and "- Mira Tolvan: Mira Tolvan, founder of Orbel Mills" in _Judge.seen[0]
+    assert (
+        len(_Judge.seen) == 1
+        and "- Mira Tolvan: Mira Tolvan, founder of Orbel Mills" in _Judge.seen[0]
+    )
     _reward(judge)([refuse])  # a new reward, the same judge: the verdict is cached
     assert len(_Judge.seen) == 1
 
@@ -263,28 +347,56 @@ def test_a_correct_answer_outscores_a_refusal_when_the_judge_says_the_evidence_s
 def test_the_judge_does_not_see_documents_a_backtrack_dropped(judge_url, tmp_path):
     # search (hit g1), BACKTRACK (drops g1 from the state), REFUSE: the evidence is empty, the
     # judge says no, the refusal is right: +1 x w_refusal(t=2) = 0.5
-    steps = [Step("search", "founder of Orbel Mills", ["g1"], ""), Step("backtrack", None, [], ""),
-             Step("refuse", None, [], "")]
-    episode = Trajectory(EX, 0, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0),
-                         torch.zeros(0), "", steps=steps, meta={"passages": {"g1": G1}})
+    steps = [
+        Step("search", "founder of Orbel Mills", ["g1"], ""),
+        Step("backtrack", None, [], ""),
+        Step("refuse", None, [], ""),
+    ]
+    episode = Trajectory(
+        EX,
+        0,
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0),
+        torch.zeros(0),
+        "",
+        steps=steps,
+        meta={"passages": {"g1": G1}},
+    )
     cache = tmp_path / "verdicts.jsonl"
-    judge = ChatJudgeVerifier(model="judge", base_url=judge_url, max_retries=0, cache_file=str(cache))
+    judge = ChatJudgeVerifier(
+        model="judge", base_url=judge_url, max_retries=0, cache_file=str(cache)
+    )
     out = _reward(judge)([episode])
     assert float(out.components["refusal"][0, 2]) == 1.0
-    assert len(_Judge.seen) == 1 and "Mira Tolvan" not in _Judge.seen[0] and "(none)" in _Judge.seen[0]
+    assert (
+        len(_Judge.seen) == 1 and "Mira Tolvan" not in _Judge.seen[0] and "(none)" in _Judge.seen[0]
+    )
     # verdicts persist: a new judge reads the file and asks nothing
-    assert json.loads(cache.read_text()) == {"question": EX.question, "evidence": [], "enough": False}
+    assert json.loads(cache.read_text()) == {
+        "question": EX.question,
+        "evidence": [],
+        "enough": False,
+    }
     ChatJudgeVerifier(model="judge", base_url=judge_url, cache_file=str(cache))(EX, [])
     assert len(_Judge.seen) == 1
 
 
 def test_a_judge_that_cannot_be_reached_stops_with_one_line():
-    judge = ChatJudgeVerifier(model="judge", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0)
-    with pytest.raises(RuntimeError, match=r"^refusal judge judge at http://127.0.0.1:9/v1 failed after 0 retries"):
+    judge = ChatJudgeVerifier(
+        model="judge", base_url="http://127.0.0.1:9/v1", timeout=2, max_retries=0
+    )
+    with pytest.raises(
+        RuntimeError, match=r"^refusal judge judge at http://127.0.0.1:9/v1 failed after 0 retries"
+    ):
         judge(EX, [G1])
 
 
 def test_judge_verdict_reads_untrusted_text_without_raising():
-    assert judge_verdict("Yes") and judge_verdict(" yes, enough") and not judge_verdict("No, yes later")
+    assert (
+        judge_verdict("Yes")
+        and judge_verdict(" yes, enough")
+        and not judge_verdict("No, yes later")
+    )
     assert not judge_verdict("") and not judge_verdict("maybe") and not judge_verdict("eyes")
     assert not judge_verdict(None)  # type: ignore[arg-type]

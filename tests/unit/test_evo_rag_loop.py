@@ -24,19 +24,27 @@ from lit_rag.modules.reward_model import (
 )
 from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
-from lit_rag.plugins.rewards.evo_rag import COMPONENTS, EvoRagReward
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.evo_rag import COMPONENTS, EvoRagReward
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
 
 TINY = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
-CORPUS = [Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
-          Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-          Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun."),
-          Passage("n2", "Ardun", "Ardun is a port city on the Sel river.")]
-ACTIONS = ["<search>Orbel Mills founder</search>", "<search>Mira Tolvan born</search>",
-           "<search>boats Ardun</search>", "<answer>Kessa</answer>", "<answer>Ardun</answer>",
-           "<refuse></refuse>", "<backtrack></backtrack>"]
+CORPUS = [
+    Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
+    Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
+    Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun."),
+    Passage("n2", "Ardun", "Ardun is a port city on the Sel river."),
+]
+ACTIONS = [
+    "<search>Orbel Mills founder</search>",
+    "<search>Mira Tolvan born</search>",
+    "<search>boats Ardun</search>",
+    "<answer>Kessa</answer>",
+    "<answer>Ardun</answer>",
+    "<refuse></refuse>",
+    "<backtrack></backtrack>",
+]
 
 
 class Steering(RolloutEngine):
@@ -58,7 +66,8 @@ def _reward() -> EvoRagReward:
     reward = EvoRagReward(t_max=4)
     # a stand-in for MiniLM: one direction per distinct query (cosine 1 for repeats, 0 otherwise)
     reward._embed = lambda texts: torch.nn.functional.one_hot(
-        torch.tensor([zlib.crc32(t.encode()) % 16 for t in texts]), 16).float()
+        torch.tensor([zlib.crc32(t.encode()) % 16 for t in texts]), 16
+    ).float()
     return reward
 
 
@@ -68,17 +77,34 @@ def setup(tmp_path, monkeypatch):
     retriever = BM25Retriever(stopwords="en")
     retriever.build(CORPUS)
     retriever.save(tmp_path / "index")
-    rows = [{"id": f"q{i}", "question": "Where was the founder of Orbel Mills born?", "answers": ["Kessa"],
-             "gold_ids": ["g1", "g2"]} for i in range(8)]
+    rows = [
+        {
+            "id": f"q{i}",
+            "question": "Where was the founder of Orbel Mills born?",
+            "answers": ["Kessa"],
+            "gold_ids": ["g1", "g2"],
+        }
+        for i in range(8)
+    ]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp_path
 
 
 def _module(tmp_path, selection="reward_model") -> PolicyModule:
-    env = QueryRewriterEnvironment(BM25Retriever(index=str(tmp_path / "index")), top_k=1, t_max=4, branch_states=2)
-    return PolicyModule(policy=TINY, environment=env, reward=_reward(), algorithm=DPO(selection=selection),
-                        engine=Steering(), group_size=3, sampling=SamplingParams(max_new_tokens=16),
-                        micro_batch_size=4, lr=1e-3)
+    env = QueryRewriterEnvironment(
+        BM25Retriever(index=str(tmp_path / "index")), top_k=1, t_max=4, branch_states=2
+    )
+    return PolicyModule(
+        policy=TINY,
+        environment=env,
+        reward=_reward(),
+        algorithm=DPO(selection=selection),
+        engine=Steering(),
+        group_size=3,
+        sampling=SamplingParams(max_new_tokens=16),
+        micro_batch_size=4,
+        lr=1e-3,
+    )
 
 
 ACTIONS_TOKEN = {"answer": 1, "refuse": 2, "backtrack": 3}  # one completion token per action
@@ -89,13 +115,28 @@ def test_sibling_pairs_threshold_signs_and_text():
 
     def traj(state, action):
         steps = [Step("search", "first", ["n"], ""), Step(action, None, [], "a")]
-        return Trajectory(example=ex, group=0, prompt_ids=torch.zeros(1, dtype=torch.long),
-                          completion_ids=torch.tensor([ACTIONS_TOKEN[action]]), loss_mask=torch.ones(1),
-                          sampling_logprobs=torch.zeros(1), text="", steps=steps, prompt_text="STATE",
-                          meta={"state": state, "branch_step": 1})
+        return Trajectory(
+            example=ex,
+            group=0,
+            prompt_ids=torch.zeros(1, dtype=torch.long),
+            completion_ids=torch.tensor([ACTIONS_TOKEN[action]]),
+            loss_mask=torch.ones(1),
+            sampling_logprobs=torch.zeros(1),
+            text="",
+            steps=steps,
+            prompt_text="STATE",
+            meta={"state": state, "branch_step": 1},
+        )
 
-    trajs = [traj("s1", "answer"), traj("s1", "refuse"), traj("s1", "backtrack"), traj("s2", "answer")]
-    total = torch.tensor([[0.0, 1.0], [0.0, 0.5], [0.0, 0.8], [0.0, -5.0]])  # returns 1.0, 0.5, 0.8, -5.0
+    trajs = [
+        traj("s1", "answer"),
+        traj("s1", "refuse"),
+        traj("s1", "backtrack"),
+        traj("s2", "answer"),
+    ]
+    total = torch.tensor(
+        [[0.0, 1.0], [0.0, 0.5], [0.0, 0.8], [0.0, -5.0]]
+    )  # returns 1.0, 0.5, 0.8, -5.0
     comps = {k: torch.zeros(4, 2) for k in COMPONENTS}
     comps["answer"][0, 1] = 1.0
     comps["refusal"][1, 1] = 1.0
@@ -111,9 +152,19 @@ def test_sibling_pairs_threshold_signs_and_text():
 
 def test_dpo_ranks_by_the_reward_model_once_attached():
     ex = Example(id="q", question="Q?", answers=["a"], gold_ids=[])
-    trajs = [Trajectory(example=ex, group=0, prompt_ids=torch.tensor([1, 2]), completion_ids=torch.tensor([3 + i]),
-                        loss_mask=torch.ones(1), sampling_logprobs=torch.zeros(1), text="", meta={"state": "s"})
-             for i in range(3)]
+    trajs = [
+        Trajectory(
+            example=ex,
+            group=0,
+            prompt_ids=torch.tensor([1, 2]),
+            completion_ids=torch.tensor([3 + i]),
+            loss_mask=torch.ones(1),
+            sampling_logprobs=torch.zeros(1),
+            text="",
+            meta={"state": "s"},
+        )
+        for i in range(3)
+    ]
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 0.5]), components={})
     dpo = DPO(selection="reward_model", margin=0.2)
     batch = dpo.prepare(trajs, rewards)  # no scorer yet: by return, chosen 0 / rejected 1
@@ -124,15 +175,27 @@ def test_dpo_ranks_by_the_reward_model_once_attached():
     assert float(batch.metrics["rm_agreement"]) == 0.0  # return(2) = 0.5 < return(0) = 1.0
     dpo.scorer = lambda ts: torch.tensor([0.0, 0.1, 0.15])  # score gaps under delta: no pair
     assert dpo.prepare(trajs, rewards).size == 0
-    with pytest.raises(ValueError, match="selection 'rm' is not known; allowed: return, reward_model"):
+    with pytest.raises(
+        ValueError, match="selection 'rm' is not known; allowed: return, reward_model"
+    ):
         DPO(selection="rm")
 
 
 def test_max_pairs_keeps_the_largest_gaps():
     ex = Example(id="q", question="Q?", answers=["a"], gold_ids=[])
-    trajs = [Trajectory(example=ex, group=i // 2, prompt_ids=torch.tensor([1]), completion_ids=torch.tensor([i + 3]),
-                        loss_mask=torch.ones(1), sampling_logprobs=torch.zeros(1), text="", meta={"state": i // 2})
-             for i in range(6)]
+    trajs = [
+        Trajectory(
+            example=ex,
+            group=i // 2,
+            prompt_ids=torch.tensor([1]),
+            completion_ids=torch.tensor([i + 3]),
+            loss_mask=torch.ones(1),
+            sampling_logprobs=torch.zeros(1),
+            text="",
+            meta={"state": i // 2},
+        )
+        for i in range(6)
+    ]
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 3.0, 0.0, 2.0, 0.0]), components={})
     batch = DPO(max_pairs=2).prepare(trajs, rewards)
     assert batch.size == 4 and float(batch.metrics["pairs"]) == 3.0
@@ -145,15 +208,25 @@ def test_policy_and_reward_model_epochs_alternate_through_lightning(setup):
     rm = RewardModelModule(encoder=TINY, max_length=128, lr=1e-2)
     alternate = AlternatingRewardModel(rm, threshold=0.3, batch_size=8, val_fraction=0.25)
     curriculum = CurriculumCallback(switch_after_epochs=1, monitor=None)
-    trainer = L.Trainer(max_epochs=2, callbacks=[RewardWeightScheduler(), curriculum, alternate],
-                        logger=CSVLogger(tmp_path, name="run"), enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=1)
+    trainer = L.Trainer(
+        max_epochs=2,
+        callbacks=[RewardWeightScheduler(), curriculum, alternate],
+        logger=CSVLogger(tmp_path, name="run"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        log_every_n_steps=1,
+    )
     dm = QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=4)
     trainer.fit(module, datamodule=dm)
     # one reward-model epoch after each of the two policy epochs, on the pairs gathered so far
     assert alternate.cycles == 2 and len(alternate.history) == 2
-    assert alternate.history[1]["reward_model/pairs"] >= alternate.history[0]["reward_model/pairs"] > 0
+    assert (
+        alternate.history[1]["reward_model/pairs"] >= alternate.history[0]["reward_model/pairs"] > 0
+    )
     assert "reward_model/train_loss" in alternate.history[0]
     # the second policy epoch's pairs were ranked by the trained reward model
     assert module.algorithm.scorer is not None
@@ -180,17 +253,34 @@ def test_reward_model_learns_the_collected_preferences(setup):
     """The heads learn the preferences the loop collects (which actions earn more: a gold search
     over a noise search, an answer over a refusal): above chance on held-out questions' pairs."""
     tmp_path = setup
-    rows = [{"id": f"q{i}", "question": f"Where was the founder of Orbel Mills born? ({i})", "answers": ["Kessa"],
-             "gold_ids": ["g1", "g2"]} for i in range(24)]  # 24 questions: ~6 held out by question
+    rows = [
+        {
+            "id": f"q{i}",
+            "question": f"Where was the founder of Orbel Mills born? ({i})",
+            "answers": ["Kessa"],
+            "gold_ids": ["g1", "g2"],
+        }
+        for i in range(24)
+    ]  # 24 questions: ~6 held out by question
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     L.seed_everything(0)  # the policy's and the heads' initial weights
     module = _module(tmp_path, selection="return")
     rm = RewardModelModule(encoder=TINY, max_length=128, lr=5e-2)
     alternate = AlternatingRewardModel(rm, threshold=0.3, epochs=8, batch_size=8, val_fraction=0.25)
-    trainer = L.Trainer(max_epochs=1, callbacks=[alternate], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        num_sanity_val_steps=0, limit_val_batches=0)
-    trainer.fit(module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=4))
+    trainer = L.Trainer(
+        max_epochs=1,
+        callbacks=[alternate],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(
+        module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=4)
+    )
     metrics = alternate.history[-1]
     held_out = metrics["reward_model/pairs"] - metrics["reward_model/train_pairs"]
     assert held_out >= 10, metrics  # pairs of questions the heads never trained on

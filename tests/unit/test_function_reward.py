@@ -25,7 +25,9 @@ EX = Example(id="q", question="Which city is the capital of France?", answers=["
 
 def traj(text: str, n_tokens: int = 2) -> Trajectory:
     ids = torch.arange(1, n_tokens + 1)
-    return Trajectory(EX, 0, torch.tensor([5, 6]), ids, torch.ones(n_tokens), torch.zeros(n_tokens), text)
+    return Trajectory(
+        EX, 0, torch.tensor([5, 6]), ids, torch.ones(n_tokens), torch.zeros(n_tokens), text
+    )
 
 
 def short(completions: list[str], examples: list[Example], max_words: int = 2) -> list[float]:
@@ -35,12 +37,18 @@ def short(completions: list[str], examples: list[Example], max_words: int = 2) -
 
 def short_and_polite(completions: list[str], examples: list[Example]) -> dict[str, list[float]]:
     """Two named components: ``short`` (at most 2 words) and ``polite`` (says "please")."""
-    return {"short": [float(len(c.split()) <= 2) for c in completions],
-            "polite": [float("please" in c) for c in completions]}
+    return {
+        "short": [float(len(c.split()) <= 2) for c in completions],
+        "polite": [float("please" in c) for c in completions],
+    }
 
 
-def per_token(completions: list[str], examples: list[Example], trajectories: list[Trajectory],
-              scale: float = 1.0) -> list[float]:
+def per_token(
+    completions: list[str],
+    examples: list[Example],
+    trajectories: list[Trajectory],
+    scale: float = 1.0,
+) -> list[float]:
     """``scale / number of completion tokens``: reads the trajectories, not only the text."""
     return [scale / t.completion_ids.numel() for t in trajectories]
 
@@ -56,7 +64,9 @@ def test_list_function_is_one_component_named_after_it() -> None:
     assert out.total.tolist() == [1.0, 0.0]
     assert {k: v.tolist() for k, v in out.components.items()} == {"short": [1.0, 0.0]}
     # max_words 3: both fit
-    assert FunctionReward(short, {"max_words": 3})([traj("Paris"), traj("It is Paris")]).total.tolist() == [1.0, 1.0]
+    assert FunctionReward(short, {"max_words": 3})(
+        [traj("Paris"), traj("It is Paris")]
+    ).total.tolist() == [1.0, 1.0]
 
 
 def test_dict_function_is_a_weighted_sum_of_its_components() -> None:
@@ -69,12 +79,17 @@ def test_dict_function_is_a_weighted_sum_of_its_components() -> None:
     assert out.components["polite"].tolist() == [0.0, 1.0, 1.0]
     # a schedule sets weights between steps: short 2, polite 0.5 -> [2, 2.5, 0.5]
     reward.set_weights({"short": 2.0})
-    assert reward([traj("Paris"), traj("Paris please"), traj("It is Paris please")]).total.tolist() == [2.0, 2.5, 0.5]
+    assert reward(
+        [traj("Paris"), traj("Paris please"), traj("It is Paris please")]
+    ).total.tolist() == [2.0, 2.5, 0.5]
 
 
 def test_weights_naming_an_unknown_component_is_an_error() -> None:
-    with pytest.raises(InputError, match=r"reward 'short_and_polite' weights name unknown component\(s\) "
-                                         r"\['rude'\]; it returns: short, polite"):
+    with pytest.raises(
+        InputError,
+        match=r"reward 'short_and_polite' weights name unknown component\(s\) "
+        r"\['rude'\]; it returns: short, polite",
+    ):
         FunctionReward(short_and_polite, weights={"rude": 1.0})([traj("Paris")])
 
 
@@ -85,15 +100,24 @@ def test_function_taking_trajectories_gets_them() -> None:
     assert reward([traj("a", n_tokens=2), traj("b", n_tokens=3)]).total.tolist() == [3.0, 2.0]
 
 
-@pytest.mark.parametrize(("returned", "fragment"), [
-    ([1.0], "returned 1 value(s) for component 'bad'; expected one per completion (2)"),
-    ([1.0, math.nan], "returned a NaN or infinite value for component 'bad'"),
-    ([1.0, math.inf], "returned a NaN or infinite value for component 'bad'"),
-    (["high", "low"], "must return a list of numbers (or a dict of such lists); component 'bad' gave list"),
-    (None, "must return a list of numbers (or a dict of such lists); component 'bad' gave NoneType"),
-    (0.5, "component 'bad' gave float"),
-    ({"fine": [1, 1], "broken": [1]}, "returned 1 value(s) for component 'broken'"),
-])
+@pytest.mark.parametrize(
+    ("returned", "fragment"),
+    [
+        ([1.0], "returned 1 value(s) for component 'bad'; expected one per completion (2)"),
+        ([1.0, math.nan], "returned a NaN or infinite value for component 'bad'"),
+        ([1.0, math.inf], "returned a NaN or infinite value for component 'bad'"),
+        (
+            ["high", "low"],
+            "must return a list of numbers (or a dict of such lists); component 'bad' gave list",
+        ),
+        (
+            None,
+            "must return a list of numbers (or a dict of such lists); component 'bad' gave NoneType",
+        ),
+        (0.5, "component 'bad' gave float"),
+        ({"fine": [1, 1], "broken": [1]}, "returned 1 value(s) for component 'broken'"),
+    ],
+)
 def test_what_the_function_returns_is_checked_and_names_the_reward(returned, fragment) -> None:
     def bad(completions, examples):
         return returned
@@ -105,11 +129,16 @@ def test_what_the_function_returns_is_checked_and_names_the_reward(returned, fra
 
 
 def test_unknown_keyword_argument_lists_the_accepted_ones() -> None:
-    with pytest.raises(InputError, match=r"reward 'per_token' got unknown argument\(s\) \['max_wrds'\]; "
-                                         r"it takes: scale$"):
+    with pytest.raises(
+        InputError,
+        match=r"reward 'per_token' got unknown argument\(s\) \['max_wrds'\]; "
+        r"it takes: scale$",
+    ):
         FunctionReward(per_token, {"max_wrds": 3})
     # ``trajectories`` is the framework's to pass, not the recipe's
-    with pytest.raises(InputError, match=r"got unknown argument\(s\) \['trajectories'\]; it takes: scale"):
+    with pytest.raises(
+        InputError, match=r"got unknown argument\(s\) \['trajectories'\]; it takes: scale"
+    ):
         FunctionReward(per_token, {"trajectories": []})
     with pytest.raises(InputError, match="it takes: none"):
         FunctionReward(short_and_polite, {"max_words": 3})
@@ -137,11 +166,14 @@ def registered():
     """``h3_answer_words`` registered in this process (a reward package would use an entry point)."""
 
     @register_reward("h3_answer_words")
-    def answer_words(completions: list[str], examples: list[Example], max_words: int = 5,
-                     bonus: float = 0.0) -> list[float]:
+    def answer_words(
+        completions: list[str], examples: list[Example], max_words: int = 5, bonus: float = 0.0
+    ) -> list[float]:
         """1.0 + bonus for an ``<answer>`` of at most ``max_words`` words, else 0.0."""
         answers = [extract_tag(c, "answer") for c in completions]
-        return [1.0 + bonus if a is not None and len(a.split()) <= max_words else 0.0 for a in answers]
+        return [
+            1.0 + bonus if a is not None and len(a.split()) <= max_words else 0.0 for a in answers
+        ]
 
     yield answer_words
     registry.unregister("reward", "h3_answer_words")
@@ -149,7 +181,10 @@ def registered():
 
 def test_registered_function_maps_to_a_generated_class(registered) -> None:
     assert registry.available("reward")["h3_answer_words"].package == "<this process>"
-    assert registry.class_path("reward", "h3_answer_words") == "lit_rag.reward_functions.h3_answer_words"
+    assert (
+        registry.class_path("reward", "h3_answer_words")
+        == "lit_rag.reward_functions.h3_answer_words"
+    )
     cls = lit_rag.reward_functions.h3_answer_words
     assert issubclass(cls, FunctionReward)
     # jsonargparse reads this signature: the function's keyword arguments, then ``weights``
@@ -158,13 +193,20 @@ def test_registered_function_maps_to_a_generated_class(registered) -> None:
     assert params["max_words"].annotation is int and params["max_words"].default == 5
     reward = cls(max_words=1, bonus=0.5)
     # "<answer>Paris</answer>": 1 word <= 1 -> 1.0 + 0.5; "<answer>in Paris</answer>": 2 words -> 0
-    assert reward([traj("<answer>Paris</answer>"), traj("<answer>in Paris</answer>")]).total.tolist() == [1.5, 0.0]
+    assert reward(
+        [traj("<answer>Paris</answer>"), traj("<answer>in Paris</answer>")]
+    ).total.tolist() == [1.5, 0.0]
     # also by name
-    assert FunctionReward("h3_answer_words", {"max_words": 1})([traj("<answer>Paris</answer>")]).total.tolist() == [1.0]
+    assert FunctionReward("h3_answer_words", {"max_words": 1})(
+        [traj("<answer>Paris</answer>")]
+    ).total.tolist() == [1.0]
 
 
 def test_a_registered_class_keeps_its_own_path() -> None:
-    assert registry.class_path("reward", "exact_match") == "lit_rag.plugins.rewards.qa.ExactMatchReward"
+    assert (
+        registry.class_path("reward", "exact_match")
+        == "lit_rag.plugins.rewards.qa.ExactMatchReward"
+    )
     with pytest.raises(AttributeError, match="reward 'exact_match' is a class, not a function"):
         lit_rag.reward_functions.exact_match  # noqa: B018
     with pytest.raises(AttributeError, match="no reward function registered as 'h3_nothing'"):
@@ -182,22 +224,37 @@ def cli_env(monkeypatch, tmp_path: Path):
 
 
 def test_cli_builds_the_function_reward_from_overrides(registered, cli_env) -> None:
-    cli = build_cli(["--config", str(TINY), "--trainer.logger=false", "--model.reward.class_path=h3_answer_words",
-                     "--model.reward.init_args.max_words=1", "--model.reward.init_args.bonus=0.25"], run=False)
+    cli = build_cli(
+        [
+            "--config",
+            str(TINY),
+            "--trainer.logger=false",
+            "--model.reward.class_path=h3_answer_words",
+            "--model.reward.init_args.max_words=1",
+            "--model.reward.init_args.bonus=0.25",
+        ],
+        run=False,
+    )
     reward = cli.model.reward
     assert isinstance(reward, FunctionReward) and reward.function is registered
     assert reward.kwargs == {"max_words": 1, "bonus": 0.25}
     # 1 word -> 1 + 0.25; 2 words -> 0
-    assert reward([traj("<answer>Paris</answer>"), traj("<answer>in Paris</answer>")]).total.tolist() == [1.25, 0.0]
+    assert reward(
+        [traj("<answer>Paris</answer>"), traj("<answer>in Paris</answer>")]
+    ).total.tolist() == [1.25, 0.0]
 
 
 def test_cli_builds_the_function_reward_from_a_recipe(registered, cli_env) -> None:
     recipe = yaml.safe_load(TINY.read_text(encoding="utf-8"))
     recipe["model"]["reward"] = {
         "class_path": "composite",
-        "init_args": {"rewards": [{"class_path": "exact_match"},
-                                  {"class_path": "h3_answer_words", "init_args": {"max_words": 2}}],
-                      "weights": [1.0, 0.5]},
+        "init_args": {
+            "rewards": [
+                {"class_path": "exact_match"},
+                {"class_path": "h3_answer_words", "init_args": {"max_words": 2}},
+            ],
+            "weights": [1.0, 0.5],
+        },
     }
     path = cli_env / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
@@ -210,14 +267,35 @@ def test_cli_builds_the_function_reward_from_a_recipe(registered, cli_env) -> No
     assert cli.model.reward([traj("<answer>Paris</answer>")]).total.tolist() == [1.5]
 
 
-@pytest.mark.parametrize(("override", "fragment"), [
-    ("--model.reward.init_args.max_wrds=3", "'max_wrds' is not an argument of h3_answer_words; it takes: max_words, bonus, weights"),
-    ("--model.reward.init_args.max_words=many", 'Parser key "max_words": Expected a <class \'int\'>'),
-])
-def test_cli_bad_keyword_argument_is_one_line(registered, cli_env, capsys, override, fragment) -> None:
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        (
+            "--model.reward.init_args.max_wrds=3",
+            "'max_wrds' is not an argument of h3_answer_words; it takes: max_words, bonus, weights",
+        ),
+        (
+            "--model.reward.init_args.max_words=many",
+            "Parser key \"max_words\": Expected a <class 'int'>",
+        ),
+    ],
+)
+def test_cli_bad_keyword_argument_is_one_line(
+    registered, cli_env, capsys, override, fragment
+) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--config", str(TINY), "--trainer.logger=false", f"--trainer.default_root_dir={cli_env}",
-              "--trainer.max_steps=1", "--model.reward.class_path=h3_answer_words", override])
+        main(
+            [
+                "fit",
+                "--config",
+                str(TINY),
+                "--trainer.logger=false",
+                f"--trainer.default_root_dir={cli_env}",
+                "--trainer.max_steps=1",
+                "--model.reward.class_path=h3_answer_words",
+                override,
+            ]
+        )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("lit-rag: error:")]
     assert info.value.code == 2, err
@@ -240,4 +318,3 @@ def test_a_new_registration_under_an_old_name_gets_a_new_class() -> None:
         assert lit_rag.reward_functions.h3_reused(b=3).kwargs == {"b": 3}
     finally:
         registry.unregister("reward", "h3_reused")
-

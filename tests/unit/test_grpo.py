@@ -51,7 +51,11 @@ def test_token_weights_per_aggregation():
     tok = GRPO(loss_aggregation="token").prepare(trajs, rewards).batch.token_weights
     # token: 1 / sum |o_i| = 1/6 on every real token
     assert torch.allclose(tok, torch.tensor([[1 / 6, 1 / 6, 0, 0], [1 / 6] * 4]))
-    const = GRPO(loss_aggregation="constant", max_completion_length=8).prepare(trajs, rewards).batch.token_weights
+    const = (
+        GRPO(loss_aggregation="constant", max_completion_length=8)
+        .prepare(trajs, rewards)
+        .batch.token_weights
+    )
     # constant (Dr. GRPO): 1 / (N * L_max) = 1 / (2 * 8) = 0.0625
     assert const.tolist() == [[0.0625, 0.0625, 0, 0], [0.0625] * 4]
     for w in (seq, tok):  # both normalize to a mean: weights sum to 1 over the batch
@@ -174,9 +178,15 @@ def test_mini_batches_split_whole_groups_and_renormalize():
     trajs = [traj(0, 1), traj(0, 3), traj(1, 2), traj(1, 2), traj(2, 4), traj(2, 4)]
     rewards = RewardBreakdown(total=torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0]))
     seq = GRPO(mini_batches=2).prepare(trajs, rewards).batch
-    assert [(rows.tolist(), scale) for rows, scale in seq.mini_batches] == [([0, 1, 2, 3], 1.5), ([4, 5], 3.0)]
+    assert [(rows.tolist(), scale) for rows, scale in seq.mini_batches] == [
+        ([0, 1, 2, 3], 1.5),
+        ([4, 5], 3.0),
+    ]
     tok = GRPO(mini_batches=2, loss_aggregation="token").prepare(trajs, rewards).batch
-    assert [(rows.tolist(), scale) for rows, scale in tok.mini_batches] == [([0, 1, 2, 3], 2.0), ([4, 5], 2.0)]
+    assert [(rows.tolist(), scale) for rows, scale in tok.mini_batches] == [
+        ([0, 1, 2, 3], 2.0),
+        ([4, 5], 2.0),
+    ]
     for batch in (seq, tok):  # each part's scaled weights sum to 1, as a whole batch's do
         for rows, scale in batch.mini_batches:
             assert float(batch.token_weights[rows].sum()) * scale == pytest.approx(1.0)

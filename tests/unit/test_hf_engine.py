@@ -3,8 +3,8 @@
 import torch
 
 from lit_rag.modules.logprobs import completion_logprobs
-from lit_rag.rollout.base import SamplingParams
 from lit_rag.plugins.engines.hf import HFEngine
+from lit_rag.rollout.base import SamplingParams
 
 
 def engine(tiny_policy, **kwargs):
@@ -23,7 +23,10 @@ def test_budget_and_truncation_flag(tiny_policy):
     prompts = [tok("Who founded it?")["input_ids"], tok("Where?")["input_ids"]]
     model.generation_config.eos_token_id = None
     tok.eos_token_id = None
-    long = [g.token_ids.tolist() for g in e.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))]
+    long = [
+        g.token_ids.tolist()
+        for g in e.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))
+    ]
     assert [len(run) for run in long] == [12, 12]
     cut = e.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.0))
     assert [g.token_ids.tolist() for g in cut] == [run[:6] for run in long]

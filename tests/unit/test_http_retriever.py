@@ -21,9 +21,13 @@ from fastapi.responses import PlainTextResponse
 from helpers import ScriptedPolicy
 
 from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment
-from lit_rag.retrieval.base import Retriever
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
-from lit_rag.plugins.retrievers.http import HttpRetriever, RetrieverResponseError, RetrieverUnavailableError
+from lit_rag.plugins.retrievers.http import (
+    HttpRetriever,
+    RetrieverResponseError,
+    RetrieverUnavailableError,
+)
+from lit_rag.retrieval.base import Retriever
 from lit_rag.retrieval.server import bind, create_app
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
@@ -93,8 +97,9 @@ def test_same_hits_as_the_local_index(local, served):
     url, _ = served
     remote = HttpRetriever(url).search(QUERIES, 3)
     here = local.search(QUERIES, 3)
-    assert [[(h.passage, h.score, h.rank) for h in hits] for hits in remote] == \
-        [[(h.passage, h.score, h.rank) for h in hits] for hits in here]
+    assert [[(h.passage, h.score, h.rank) for h in hits] for hits in remote] == [
+        [(h.passage, h.score, h.rank) for h in hits] for hits in here
+    ]
     assert remote[0][0].passage.id == "p1" and remote[2] == [] and remote[4] == []
 
 
@@ -114,25 +119,35 @@ def test_environment_searches_each_turn_in_one_request(tiny_policy, local, serve
     one POST, and the episodes are the ones the local index gives."""
     url, recording = served
     _, tok = tiny_policy
-    examples = [Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"]),
-                Example(id="q2", question="Which region is Kessa in?", answers=["Dorvale"])]
+    examples = [
+        Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"]),
+        Example(id="q2", question="Which region is Kessa in?", answers=["Dorvale"]),
+    ]
     calls = [
-        ["<search>Orbel Mills founder</search>", "<search>Mira Tolvan born</search>",
-         "<search>Kessa region</search>", "<answer>Dorvale</answer>"],
+        [
+            "<search>Orbel Mills founder</search>",
+            "<search>Mira Tolvan born</search>",
+            "<search>Kessa region</search>",
+            "<answer>Dorvale</answer>",
+        ],
         ["<evaluate>a</evaluate>", "<evaluate>b</evaluate>", "<evaluate>c</evaluate>"],
         ["<answer>Kessa</answer>", "<answer>Kessa</answer>", "<answer>Dorvale</answer>"],
     ]
 
     def episodes(retriever):
         env = SearchAgentEnvironment(retriever, top_k=2, max_turns=2)
-        return env.rollout(examples, ScriptedPolicy(tok, calls), 2, SamplingParams(max_new_tokens=64))
+        return env.rollout(
+            examples, ScriptedPolicy(tok, calls), 2, SamplingParams(max_new_tokens=64)
+        )
 
     recording.calls.clear()
     remote = episodes(HttpRetriever(url))
     assert recording.calls == [["Orbel Mills founder", "Mira Tolvan born", "Kessa region"]]
     here = episodes(local)
     assert [t.text for t in remote] == [t.text for t in here]
-    assert [s.passage_ids for t in remote for s in t.steps] == [s.passage_ids for t in here for s in t.steps]
+    assert [s.passage_ids for t in remote for s in t.steps] == [
+        s.passage_ids for t in here for s in t.steps
+    ]
     assert "<information>Doc 1(Title: Orbel Mills)" in remote[0].text
 
 
@@ -145,7 +160,11 @@ def test_server_down_is_one_line_after_the_retries():
         retriever.search(["q"], 1)
     message = str(info.value)
     assert "\n" not in message and f"127.0.0.1:{port}" in message
-    assert "cannot connect" in message and "after 3 tries" in message and "lit-rag index serve" in message
+    assert (
+        "cannot connect" in message
+        and "after 3 tries" in message
+        and "lit-rag index serve" in message
+    )
 
 
 def flaky_app() -> FastAPI:
@@ -160,7 +179,11 @@ def flaky_app() -> FastAPI:
             return PlainTextResponse("busy", status_code=503)
         body = await request.json()
         doc = {"contents": '"Kessa"\nKessa is a harbour town.'}
-        return {"result": [[doc, {"contents": "no title line"}][: body["topk"]] for _ in body["queries"]]}
+        return {
+            "result": [
+                [doc, {"contents": "no title line"}][: body["topk"]] for _ in body["queries"]
+            ]
+        }
 
     @app.post("/slow")
     async def slow():
@@ -198,7 +221,9 @@ def test_busy_server_is_retried_and_bare_documents_are_read(flaky):
     (hits,) = retriever.search(["q"], 2)
     assert state["calls"] == 2  # 503, then the answer
     assert [(h.passage.title, h.passage.text) for h in hits] == [
-        ("Kessa", "Kessa is a harbour town."), ("", "no title line")]
+        ("Kessa", "Kessa is a harbour town."),
+        ("", "no title line"),
+    ]
     # no score: 1 / (rank + 1) keeps the server's order; no id: named by the content's hash
     assert [h.score for h in hits] == [1.0, 0.5]
     assert hits[0].passage.id.startswith("sha1:") and hits[0].passage.id != hits[1].passage.id
@@ -207,16 +232,21 @@ def test_busy_server_is_retried_and_bare_documents_are_read(flaky):
 def test_timeout_is_retried_then_one_line(flaky):
     base, _ = flaky
     started = time.monotonic()
-    with pytest.raises(RetrieverUnavailableError, match=r"no answer within 0.3 s \(timeout\) after 2 tries"):
+    with pytest.raises(
+        RetrieverUnavailableError, match=r"no answer within 0.3 s \(timeout\) after 2 tries"
+    ):
         HttpRetriever(f"{base}/slow", timeout=0.3, retries=1, backoff=0.01).search(["q"], 1)
     assert time.monotonic() - started < 2.5  # did not wait for the 3 s answers
 
 
-@pytest.mark.parametrize(("route", "expected"), [
-    ("short", "returned 0 result lists for 1 queries"),
-    ("not-json", "not JSON"),
-    ("refuse", "answered HTTP 400: bad request"),
-])
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        ("short", "returned 0 result lists for 1 queries"),
+        ("not-json", "not JSON"),
+        ("refuse", "answered HTTP 400: bad request"),
+    ],
+)
 def test_off_api_answers_are_one_line_without_retry(flaky, route, expected):
     base, _ = flaky
     with pytest.raises(RetrieverResponseError, match=expected) as info:

@@ -51,7 +51,8 @@ def fixed_registered(monkeypatch: pytest.MonkeyPatch):
     real = registry._entry_points
     fixed = metadata.EntryPoint("fixed", f"{__name__}:FixedRetriever", "lit_rag.retrievers")
     monkeypatch.setattr(
-        registry, "_entry_points",
+        registry,
+        "_entry_points",
         lambda group: real(group) + ([fixed] if group == "lit_rag.retrievers" else []),
     )
     registry.clear_cache()
@@ -129,8 +130,10 @@ def test_hybrid_save_load_round_trip(tmp_path, fixed_registered):
     manifest = Manifest.read(tmp_path / "idx")
     assert manifest.retriever == "hybrid"
     # folder and registered kind only: no dotted class path an index could point elsewhere
-    assert manifest.settings["children"] == [{"folder": "0-fixed", "kind": "fixed"},
-                                             {"folder": "1-fixed", "kind": "fixed"}]
+    assert manifest.settings["children"] == [
+        {"folder": "0-fixed", "kind": "fixed"},
+        {"folder": "1-fixed", "kind": "fixed"},
+    ]
     loaded = HybridRetriever.load(tmp_path / "idx")
     assert (loaded.k, loaded.depth) == (10, 5)
     assert loaded.search(["q"], 3) == hybrid.search(["q"], 3)
@@ -152,8 +155,11 @@ def test_hybrid_ignores_the_class_of_old_manifests(tmp_path, fixed_registered):
 def test_hybrid_child_kind_must_be_registered(tmp_path):
     # "fixed" is not registered here: the kind is looked up in the registry, never imported
     HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
-    with pytest.raises(IndexCorruptError, match="retriever 'fixed' is not an installed "
-                                                "retriever; installed: bm25, dense, http, hybrid"):
+    with pytest.raises(
+        IndexCorruptError,
+        match="retriever 'fixed' is not an installed "
+        "retriever; installed: bm25, dense, http, hybrid",
+    ):
         HybridRetriever.load(tmp_path / "idx")
 
 
@@ -172,8 +178,11 @@ def test_hybrid_child_of_another_corpus(tmp_path, fixed_registered):
     HybridRetriever([FixedRetriever("abc"), FixedRetriever("bda")]).save(tmp_path / "idx")
     child = tmp_path / "idx" / "1-fixed"
     Manifest("fixed", None, "", 5).write(child)  # 5 passages; the hybrid records 6
-    with pytest.raises(IndexCorruptError, match=r"1-fixed/manifest.json: passage_count=5 but "
-                                                r".*idx/manifest.json records passage_count=6"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"1-fixed/manifest.json: passage_count=5 but "
+        r".*idx/manifest.json records passage_count=6",
+    ):
         HybridRetriever.load(tmp_path / "idx")
 
 

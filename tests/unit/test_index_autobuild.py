@@ -19,15 +19,19 @@ from lit_rag.retrieval.storage import build_missing_index
 from lit_rag.types import Passage
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-CORPUS = [Passage("a", "Orbel Mills", "Orbel Mills was founded by Tamar Vesk."),
-          Passage("b", "Tamar Vesk", "Tamar Vesk was born in Drosstead."),
-          Passage("c", "Drosstead", "Drosstead is a harbour town.")]
+CORPUS = [
+    Passage("a", "Orbel Mills", "Orbel Mills was founded by Tamar Vesk."),
+    Passage("b", "Tamar Vesk", "Tamar Vesk was born in Drosstead."),
+    Passage("c", "Drosstead", "Drosstead is a harbour town."),
+]
 
 
 @pytest.fixture
 def corpus_file(tmp_path: Path) -> str:
     path = tmp_path / "corpus.jsonl"
-    path.write_text("".join(f'{{"id": "{p.id}", "title": "{p.title}", "text": "{p.text}"}}\n' for p in CORPUS))
+    path.write_text(
+        "".join(f'{{"id": "{p.id}", "title": "{p.title}", "text": "{p.text}"}}\n' for p in CORPUS)
+    )
     return str(path)
 
 
@@ -71,8 +75,12 @@ def test_processes_starting_together_build_once(tmp_path, corpus_file):
     finds the index. Threads suffice: flock locks belong to each open of the lock file."""
     out = tmp_path / "bm25"
     results = []
-    threads = [threading.Thread(target=lambda: results.append(build_missing_index(out, corpus_file, SlowBM25())))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(build_missing_index(out, corpus_file, SlowBM25()))
+        )
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
         time.sleep(0.1)
@@ -94,14 +102,22 @@ def test_a_folder_that_is_not_an_index_is_never_replaced(tmp_path, corpus_file):
 def test_hybrid_builds_its_children_where_they_look(tmp_path, corpus_file):
     """The children name ``INDEX/0-bm25`` and ``INDEX/1-bm25``, the folders a hybrid save writes."""
     out = tmp_path / "hy"
-    children = [BM25Retriever(index=str(out / "0-bm25")), BM25Retriever(index=str(out / "1-bm25"), k1=0.9)]
+    children = [
+        BM25Retriever(index=str(out / "0-bm25")),
+        BM25Retriever(index=str(out / "1-bm25"), k1=0.9),
+    ]
     hybrid = HybridRetriever(children, index=str(out), corpus=corpus_file)
     assert hybrid.search(["Tamar Vesk born"], 1)[0][0].passage.id == "b"
-    assert Manifest.read(out).settings["children"] == [{"folder": "0-bm25", "kind": "bm25"},
-                                                        {"folder": "1-bm25", "kind": "bm25"}]
+    assert Manifest.read(out).settings["children"] == [
+        {"folder": "0-bm25", "kind": "bm25"},
+        {"folder": "1-bm25", "kind": "bm25"},
+    ]
     assert Manifest.read(out / "1-bm25").settings["k1"] == 0.9  # each child with its own settings
-    again = HybridRetriever([BM25Retriever(index=str(out / "0-bm25")), BM25Retriever(index=str(out / "1-bm25"))],
-                            index=str(out), corpus=corpus_file)
+    again = HybridRetriever(
+        [BM25Retriever(index=str(out / "0-bm25")), BM25Retriever(index=str(out / "1-bm25"))],
+        index=str(out),
+        corpus=corpus_file,
+    )
     assert again.search(["Tamar Vesk born"], 1) == hybrid.search(["Tamar Vesk born"], 1)
     with pytest.raises(ValueError, match="needs index"):
         HybridRetriever(children, corpus=corpus_file)
@@ -111,7 +127,9 @@ def test_hybrid_builds_its_children_where_they_look(tmp_path, corpus_file):
 def test_bm25_quickstarts_build_their_index_on_a_fresh_machine(recipe, tmp_path, monkeypatch):
     """The retriever exactly as the recipe configures it, in an empty folder."""
     monkeypatch.chdir(tmp_path)
-    config = yaml.safe_load((RECIPES / recipe).read_text())["model"]["environment"]["init_args"]["retriever"]
+    config = yaml.safe_load((RECIPES / recipe).read_text())["model"]["environment"]["init_args"][
+        "retriever"
+    ]
     retriever = registry.resolve("retriever", config["class_path"])(**config["init_args"])
     assert retriever.search(["Orbel Mills founded"], 1)[0]
     assert Manifest.read(tmp_path / config["init_args"]["index"]).passage_count > 1000

@@ -27,15 +27,20 @@ require_package("sentence_transformers", "pip install sentence-transformers")
 import faiss
 
 from lit_rag.cli import main
-from lit_rag.retrieval.base import open_index
 from lit_rag.plugins.retrievers.faiss_import import BGE_INSTRUCTION
+from lit_rag.retrieval.base import open_index
 from lit_rag.retrieval.manifest import IndexMismatchError
 from tests.helpers import one_line_error, shared_data_dir, tiny_bert_folder
 
 ROWS = 200
 MAX_LENGTH = 64  # the tiny BERT's positions; sentence-transformers cuts there too
-QUERIES = ["Evan Morris lobbyist Genentech", "who founded the city on the river",
-           "a film by the painter", "Washington intern at the White House", "music of the band"]
+QUERIES = [
+    "Evan Morris lobbyist Genentech",
+    "who founded the city on the river",
+    "a film by the painter",
+    "Washington intern at the White House",
+    "music of the band",
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +72,9 @@ def search_r1_encode(folder: str, texts: list[str], pooling: str) -> np.ndarray:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModel.from_pretrained(folder).eval()
     with torch.no_grad():
-        inputs = tokenizer(texts, padding=True, truncation=True, max_length=MAX_LENGTH,
-                           return_tensors="pt")
+        inputs = tokenizer(
+            texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
+        )
         hidden = model(**inputs, return_dict=True).last_hidden_state  # [N, L, D]
         mask = inputs["attention_mask"]  # [N, L]
         if pooling == "mean":
@@ -103,14 +109,29 @@ def search_r1_hits(source, folder: str, index, k: int) -> tuple[list[list[str]],
 
 
 def run_import(faiss_file, corpus, encoder, out, *extra) -> None:
-    main(["index", "import", "--faiss", str(faiss_file), "--corpus", str(corpus),
-          "--encoder", str(encoder), "--out", str(out), *extra])
+    main(
+        [
+            "index",
+            "import",
+            "--faiss",
+            str(faiss_file),
+            "--corpus",
+            str(corpus),
+            "--encoder",
+            str(encoder),
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def assert_same_hits(retriever, expected_ids, expected_scores) -> None:
     got = retriever.search(QUERIES, len(expected_ids[0]))
     assert [[h.passage.id for h in hits] for hits in got] == expected_ids
-    np.testing.assert_allclose([[h.score for h in hits] for hits in got], expected_scores, atol=1e-5)
+    np.testing.assert_allclose(
+        [[h.score for h in hits] for hits in got], expected_scores, atol=1e-5
+    )
 
 
 def test_flat_e5_import_keeps_vectors_and_searches_as_search_r1(source, tmp_path, capsys):
@@ -121,24 +142,38 @@ def test_flat_e5_import_keeps_vectors_and_searches_as_search_r1(source, tmp_path
     capsys.readouterr()
     run_import(flat, source["corpus"], folder, out)
     summary = capsys.readouterr().out.strip()
-    assert summary.startswith("imported 200 passages (dim 16, flat IndexFlatIP, pooling mean, "
-                              "query prefix 'query: '), index.faiss as a copy, in ")
+    assert summary.startswith(
+        "imported 200 passages (dim 16, flat IndexFlatIP, pooling mean, "
+        "query prefix 'query: '), index.faiss as a copy, in "
+    )
     assert summary.endswith(f"-> {out}")
     # (a) no re-encoding: the very file, hence the very vectors
     assert (out / "index.faiss").read_bytes() == flat.read_bytes()
-    np.testing.assert_array_equal(faiss.read_index(str(out / "index.faiss")).reconstruct_n(0, ROWS),
-                                  vectors)
+    np.testing.assert_array_equal(
+        faiss.read_index(str(out / "index.faiss")).reconstruct_n(0, ROWS), vectors
+    )
     # (c) what the manifest records
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["retriever"] == "dense" and manifest["encoder"] == folder
     assert manifest["passage_count"] == ROWS
     settings = manifest["settings"]
-    assert {k: settings[k] for k in ("query_prefix", "passage_prefix", "pooling", "faiss_index",
-                                     "faiss_class", "dim")} == {
-        "query_prefix": "query: ", "passage_prefix": "passage: ", "pooling": "mean",
-        "faiss_index": "flat", "faiss_class": "IndexFlatIP", "dim": 16}
-    assert settings["imported_from"] == {"faiss": "e5_Flat.index", "corpus": "wiki-200.jsonl",
-                                         "format": "flashrag", "index_file": "copy"}
+    assert {
+        k: settings[k]
+        for k in ("query_prefix", "passage_prefix", "pooling", "faiss_index", "faiss_class", "dim")
+    } == {
+        "query_prefix": "query: ",
+        "passage_prefix": "passage: ",
+        "pooling": "mean",
+        "faiss_index": "flat",
+        "faiss_class": "IndexFlatIP",
+        "dim": 16,
+    }
+    assert settings["imported_from"] == {
+        "faiss": "e5_Flat.index",
+        "corpus": "wiki-200.jsonl",
+        "format": "flashrag",
+        "index_file": "copy",
+    }
     assert set(manifest["files"]["index.faiss"]) == {"bytes", "sha256"}  # small: hashed
     # (b) the same top-5 ids and scores as Search-R1's server on the original index
     ids, scores = search_r1_hits(source, folder, original, 5)
@@ -172,8 +207,10 @@ def test_hub_id_encoder_matches_a_local_copy_by_name(source, tmp_path, capsys):
     # a folder with the right name but another model (32-wide): one line at the first search
     wide = tmp_path / "elsewhere" / "tiny-e5"
     _wide_bert(wide, source["words"])
-    with pytest.raises(IndexMismatchError, match="gives vectors of size 32 but the index .* "
-                                                 "holds vectors of size 16"):
+    with pytest.raises(
+        IndexMismatchError,
+        match="gives vectors of size 32 but the index .* holds vectors of size 16",
+    ):
         open_index(out, encoder=str(wide)).search(QUERIES, 3)
 
 
@@ -182,16 +219,25 @@ def _wide_bert(folder: Path, words: list[str]) -> None:
 
     folder.mkdir(parents=True)
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words]))
-    config = BertConfig(vocab_size=4 + len(words), hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=4 + len(words),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(folder)
     BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
 
 
-@pytest.mark.parametrize(("name", "spec", "family", "structure"), [
-    ("tiny-bge", "HNSW8", "hnsw", {"hnsw_m": 8}),
-    ("tiny-e5", "IVF8,PQ4x4", "ivf", {"nlist": 8, "pq_m": 4}),
-])
+@pytest.mark.parametrize(
+    ("name", "spec", "family", "structure"),
+    [
+        ("tiny-bge", "HNSW8", "hnsw", {"hnsw_m": 8}),
+        ("tiny-e5", "IVF8,PQ4x4", "ivf", {"nlist": 8, "pq_m": 4}),
+    ],
+)
 def test_approximate_indexes_import_and_search(source, tmp_path, name, spec, family, structure):
     folder = encoder_folder(source, name)
     path = tmp_path / f"{name}_{spec.replace(',', '_')}.index"
@@ -226,8 +272,9 @@ def test_approximate_indexes_import_and_search(source, tmp_path, name, spec, fam
         lazy = DenseRetriever(index=str(out), encoder=folder, query_prefix=BGE_INSTRUCTION)
         assert_same_hits(lazy, ids, scores)
         assert lazy.pooling == "cls"
-        with pytest.raises(IndexMismatchError, match="pooling='cls' but the recipe expects "
-                                                     "pooling='max'"):
+        with pytest.raises(
+            IndexMismatchError, match="pooling='cls' but the recipe expects pooling='max'"
+        ):
             DenseRetriever(index=str(out), encoder=folder, pooling="max").search(QUERIES, 1)
 
 
@@ -241,6 +288,7 @@ def test_link_shares_the_file_and_falls_back_to_a_copy(source, tmp_path, capsys,
     assert "index.faiss as a hard link" in capsys.readouterr().out
     assert os.stat(out / "index.faiss").st_ino == os.stat(flat).st_ino  # one file, not two
     assert open_index(out, encoder=folder).search(QUERIES[:1], 2)[0]
+
     # a fake os.link failing as across file systems (no second file system here to show it)
     def cross_device(src, dst):
         raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
@@ -271,22 +319,46 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
     faiss.write_index(pq_index, str(pq))
 
     def error(faiss_file, corpus_file, *extra, encoder=folder) -> str:
-        return one_line_error(["index", "import", "--faiss", str(faiss_file), "--corpus",
-                               str(corpus_file), "--encoder", encoder, "--out", str(out), *extra],
-                              capsys)
+        return one_line_error(
+            [
+                "index",
+                "import",
+                "--faiss",
+                str(faiss_file),
+                "--corpus",
+                str(corpus_file),
+                "--encoder",
+                encoder,
+                "--out",
+                str(out),
+                *extra,
+            ],
+            capsys,
+        )
 
-    assert (f"{flat} holds 200 vectors but {short} has 199 passages; faiss row i is corpus "
-            "line i") in error(flat, short)
+    assert (
+        f"{flat} holds 200 vectors but {short} has 199 passages; faiss row i is corpus line i"
+    ) in error(flat, short)
     assert f"{text}: not a readable faiss index (" in error(text, corpus)
     assert f"{tmp_path / 'gone.index'}: missing; give the faiss index file" in error(
-        tmp_path / "gone.index", corpus)
-    assert f"dataset file not found: {tmp_path / 'gone.jsonl'}" in error(flat, tmp_path / "gone.jsonl")
-    assert "missing field 'contents' (a flashrag corpus row needs: id, contents)" in error(flat, litrag)
-    assert "a IndexFlatL2 with metric L2; lit-rag imports inner-product indexes only" in error(l2, corpus)
+        tmp_path / "gone.index", corpus
+    )
+    assert f"dataset file not found: {tmp_path / 'gone.jsonl'}" in error(
+        flat, tmp_path / "gone.jsonl"
+    )
+    assert "missing field 'contents' (a flashrag corpus row needs: id, contents)" in error(
+        flat, litrag
+    )
+    assert "a IndexFlatL2 with metric L2; lit-rag imports inner-product indexes only" in error(
+        l2, corpus
+    )
     assert "faiss index type IndexPQ is not supported" in error(pq, corpus)
-    assert "--pooling: got 'avg'; allowed: mean, cls, max" in error(flat, corpus, "--pooling", "avg")
-    assert "model path './no/such/model' does not exist" in error(flat, corpus,
-                                                                  encoder="./no/such/model")
+    assert "--pooling: got 'avg'; allowed: mean, cls, max" in error(
+        flat, corpus, "--pooling", "avg"
+    )
+    assert "model path './no/such/model' does not exist" in error(
+        flat, corpus, encoder="./no/such/model"
+    )
     assert not out.exists()  # a failed import leaves nothing behind
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")] == []
 

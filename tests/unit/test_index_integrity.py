@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lit_rag.retrieval.base import open_index
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.plugins.retrievers.hybrid import HybridRetriever
+from lit_rag.retrieval.base import open_index
 from lit_rag.retrieval.manifest import IndexCorruptError, Manifest
 from lit_rag.types import Passage
 from tests.helpers import one_line_error, require_package, tiny_bert_folder
@@ -67,16 +67,22 @@ def other(tmp_path: Path) -> Path:
 
 def test_passages_of_another_corpus(idx, other):
     shutil.copy(other / "passages.jsonl", idx / "passages.jsonl")
-    with pytest.raises(IndexCorruptError, match=r"idx/passages.jsonl: holds 5 passages but "
-                                                r".*idx/manifest.json records passage_count=6"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"idx/passages.jsonl: holds 5 passages but "
+        r".*idx/manifest.json records passage_count=6",
+    ):
         BM25Retriever.load(idx)
 
 
 def test_passages_of_another_corpus_with_the_same_count(idx, tmp_path):
     shutil.copy(bm25_index(tmp_path / "a2", A2) / "passages.jsonl", idx / "passages.jsonl")
-    with pytest.raises(IndexCorruptError, match=r"passages.jsonl: corpus fingerprint [0-9a-f]{12}"
-                                                r"\.\.\. differs from .*manifest.json's "
-                                                r"corpus_fingerprint="):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"passages.jsonl: corpus fingerprint [0-9a-f]{12}"
+        r"\.\.\. differs from .*manifest.json's "
+        r"corpus_fingerprint=",
+    ):
         BM25Retriever.load(idx)
 
 
@@ -93,8 +99,11 @@ def test_truncated_passages(idx):
 
 def test_passages_rows_must_be_passages(idx):
     (idx / "passages.jsonl").write_text('{"id": "a0", "text": "no title"}\n')
-    with pytest.raises(IndexCorruptError, match=r'passages.jsonl:1: expected \{"id", "title", '
-                                                r'"text"\} strings'):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r'passages.jsonl:1: expected \{"id", "title", '
+        r'"text"\} strings',
+    ):
         BM25Retriever.load(idx)
     (idx / "passages.jsonl").write_bytes(b"\x1f\x8b\x08\x00binary")
     with pytest.raises(IndexCorruptError, match="passages.jsonl:1: not UTF-8 text"):
@@ -150,12 +159,18 @@ def test_bm25_matrices_of_another_corpus(idx, other):
     shutil.rmtree(idx / "bm25s")
     shutil.copytree(other / "bm25s", idx / "bm25s")
     # the files record catches it first: another size than the manifest records
-    with pytest.raises(IndexCorruptError, match=r"bm25s/\S+: \d+ bytes, but .*manifest.json "
-                                                r"records \d+"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"bm25s/\S+: \d+ bytes, but .*manifest.json "
+        r"records \d+",
+    ):
         BM25Retriever.load(idx)
     drop_files_record(idx)  # 0.1.0 manifest: the matrix row count catches it
-    with pytest.raises(IndexCorruptError, match=r"params.index.json: the BM25 score matrix has 5 "
-                                                r"rows but the manifest records passage_count=6"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"params.index.json: the BM25 score matrix has 5 "
+        r"rows but the manifest records passage_count=6",
+    ):
         BM25Retriever.load(idx)
 
 
@@ -163,8 +178,9 @@ def test_bm25_file_changed_in_place(idx):
     # same size, other bytes (another build of a same-sized vocabulary): the SHA-256 differs
     vocab = idx / "bm25s" / "vocab.index.json"
     vocab.write_text(vocab.read_text().replace("river", "rivet"))
-    with pytest.raises(IndexCorruptError, match="vocab.index.json: content differs from the "
-                                                "SHA-256"):
+    with pytest.raises(
+        IndexCorruptError, match="vocab.index.json: content differs from the SHA-256"
+    ):
         BM25Retriever.load(idx)
 
 
@@ -174,8 +190,11 @@ def test_bm25_truncated_or_pickled_matrix(idx):
     with pytest.raises(IndexCorruptError, match="data.csc.index.npy: \\d+ bytes, but"):
         BM25Retriever.load(idx)
     drop_files_record(idx)
-    with pytest.raises(IndexCorruptError, match=r"bm25s: the BM25 matrices cannot be read "
-                                                r"\(ValueError: "):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"bm25s: the BM25 matrices cannot be read "
+        r"\(ValueError: ",
+    ):
         BM25Retriever.load(idx)
     # a pickled object array is refused (allow_pickle=False), never unpickled
     np.save(data, np.array([{"x": 1}], dtype=object), allow_pickle=True)
@@ -187,8 +206,11 @@ def test_bm25_params_cannot_add_constructor_arguments(idx):
     drop_files_record(idx)
     params = idx / "bm25s" / "params.index.json"
     params.write_text(json.dumps({**json.loads(params.read_text()), "corpus": ["x"]}))
-    with pytest.raises(IndexCorruptError, match=r"params.index.json: expected a JSON object with "
-                                                r"keys from k1, .*got \['corpus'\]"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"params.index.json: expected a JSON object with "
+        r"keys from k1, .*got \['corpus'\]",
+    ):
         BM25Retriever.load(idx)
 
 
@@ -200,8 +222,19 @@ def tiny_encoder(tmp_path_factory) -> str:
     """A 1-layer, 16-wide random BERT with a 12-word vocab (plain HF folder, no download)."""
     require_package("faiss", "pip install faiss-cpu")
     require_package("sentence_transformers", "pip install sentence-transformers")
-    words = ["river", "city", "number", "with", "bridge", "tower", "mountain", "lake", "forest",
-             "title", "other"]
+    words = [
+        "river",
+        "city",
+        "number",
+        "with",
+        "bridge",
+        "tower",
+        "mountain",
+        "lake",
+        "forest",
+        "title",
+        "other",
+    ]
     return tiny_bert_folder(tmp_path_factory.mktemp("tiny-bert"), words, max_positions=32)
 
 
@@ -224,12 +257,18 @@ def test_faiss_truncated_or_of_another_corpus(tiny_encoder, tmp_path):
     with pytest.raises(IndexCorruptError, match=r"index.faiss: \d+ bytes, but .* records \d+"):
         DenseRetriever.load(idx, encoder=tiny_encoder)
     drop_files_record(idx)
-    with pytest.raises(IndexCorruptError, match=r"index.faiss: not a readable faiss index \(.*\); "
-                                                "the file is truncated or damaged"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"index.faiss: not a readable faiss index \(.*\); "
+        "the file is truncated or damaged",
+    ):
         DenseRetriever.load(idx, encoder=tiny_encoder)
     shutil.copy(other / "index.faiss", idx / "index.faiss")
-    with pytest.raises(IndexCorruptError, match=r"index.faiss: the faiss index has 5 rows but "
-                                                r"the manifest records passage_count=6"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"index.faiss: the faiss index has 5 rows but "
+        r"the manifest records passage_count=6",
+    ):
         DenseRetriever.load(idx, encoder=tiny_encoder)
     shutil.copy(tmp_path / "good.faiss", idx / "index.faiss")  # and the intact file loads
     assert len(DenseRetriever.load(idx, encoder=tiny_encoder).passages) == 6
@@ -239,8 +278,9 @@ def test_dense_passages_of_another_corpus(tiny_encoder, tmp_path):
     from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     idx = dense_index(tmp_path / "idx", A, tiny_encoder)
-    (idx / "passages.jsonl").write_text("".join(
-        json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in A2))
+    (idx / "passages.jsonl").write_text(
+        "".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in A2)
+    )
     with pytest.raises(IndexCorruptError, match="passages.jsonl: corpus fingerprint"):
         DenseRetriever(index=str(idx), encoder=tiny_encoder).search(["river"], 1)
 
@@ -269,27 +309,35 @@ def planted_hybrid(folder: Path) -> Path:
     hybrid.save(folder)
     # the parent names the child by a dotted path (kind and 0.1.0's class); so does the child
     data = json.loads((folder / "manifest.json").read_text())
-    data["settings"]["children"][1].update(kind="planted_module.Evil",
-                                           **{"class": "planted_module.Evil"})
+    data["settings"]["children"][1].update(
+        kind="planted_module.Evil", **{"class": "planted_module.Evil"}
+    )
     (folder / "manifest.json").write_text(json.dumps(data))
     child = json.loads((folder / "1-bm25" / "manifest.json").read_text())
     (folder / "1-bm25" / "manifest.json").write_text(
-        json.dumps({**child, "retriever": "planted_module.Evil"}))
+        json.dumps({**child, "retriever": "planted_module.Evil"})
+    )
     return folder
 
 
 def test_planted_manifests_import_nothing(planted, idx, tmp_path, capsys):
     hybrid = planted_hybrid(tmp_path / "hyb")
-    with pytest.raises(IndexCorruptError, match=r"1-bm25/manifest.json: retriever "
-                                                r"'planted_module.Evil' is not an installed "
-                                                r"retriever; installed: bm25, dense, http, hybrid"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"1-bm25/manifest.json: retriever "
+        r"'planted_module.Evil' is not an installed "
+        r"retriever; installed: bm25, dense, http, hybrid",
+    ):
         HybridRetriever.load(hybrid)
     # the top-level retriever named by a dotted path: looked up among registered names only
     data = json.loads((idx / "manifest.json").read_text())
     (idx / "manifest.json").write_text(json.dumps({**data, "retriever": "planted_module.Evil"}))
-    with pytest.raises(IndexCorruptError, match="retriever 'planted_module.Evil' is not an "
-                                                "installed retriever; installed: bm25, dense, "
-                                                "http, hybrid"):
+    with pytest.raises(
+        IndexCorruptError,
+        match="retriever 'planted_module.Evil' is not an "
+        "installed retriever; installed: bm25, dense, "
+        "http, hybrid",
+    ):
         open_index(idx)
     line = one_line_error(["index", "search", str(idx), "river"], capsys)
     assert "not an installed retriever" in line
@@ -303,7 +351,10 @@ def test_planted_hybrid_through_the_real_command(planted, tmp_path):
     site = str(planted.parent / "site")
     run = subprocess.run(
         [sys.executable, "-m", "lit_rag", "index", "search", str(hybrid), "river"],
-        check=False, capture_output=True, text=True, env={**_env(), "PYTHONPATH": site},
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**_env(), "PYTHONPATH": site},
         timeout=120,
     )
     assert run.returncode == 2, run.stderr
@@ -354,8 +405,12 @@ def test_bad_k_batch_size_and_query(idx, tmp_path, capsys):
 
 def test_invalid_utf8_bytes_on_the_real_command_line(idx):
     # Python decodes argv with surrogateescape: b"\xff" arrives as "\udcff"
-    run = subprocess.run([sys.executable, "-m", "lit_rag", "index", "search", str(idx),
-                          b"river \xff"], check=False, capture_output=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "lit_rag", "index", "search", str(idx), b"river \xff"],
+        check=False,
+        capture_output=True,
+        timeout=120,
+    )
     err = run.stderr.decode("utf-8", "replace")
     lines = [line for line in err.splitlines() if line.strip()]
     assert run.returncode == 2 and "Traceback" not in err

@@ -30,8 +30,14 @@ def _lit_rag_imports(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "lit_rag")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lit_rag":
+            found.update(
+                alias.name for alias in node.names if alias.name.split(".")[0] == "lit_rag"
+            )
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "lit_rag"
+        ):
             if node.module == "lit_rag":
                 found.update(f"lit_rag.{alias.name}" for alias in node.names)
             else:
@@ -52,14 +58,20 @@ def test_built_in_plugins_import_only_the_public_api():
     kinds = {_relative(p).split("/")[1] for p in plugins}
     assert kinds == {"algorithms", "rewards", "environments", "retrievers", "engines"}
     assert len(plugins) >= 20
-    bad = {_relative(p): sorted(m for m in _lit_rag_imports(p) if m != "lit_rag.api") for p in plugins}
+    bad = {
+        _relative(p): sorted(m for m in _lit_rag_imports(p) if m != "lit_rag.api") for p in plugins
+    }
     assert {k: v for k, v in bad.items() if v} == {}
 
 
 def test_core_never_imports_plugins_the_api_callbacks_or_the_cli():
     top = ("lit_rag.plugins", "lit_rag.callbacks", "lit_rag.cli", "lit_rag.api")
-    core = [p for p in _modules() if not _relative(p).startswith(("plugins/", "callbacks/"))
-            and _relative(p) not in ("cli.py", "index_cli.py", "api.py", "__main__.py", "export.py")]
+    core = [
+        p
+        for p in _modules()
+        if not _relative(p).startswith(("plugins/", "callbacks/"))
+        and _relative(p) not in ("cli.py", "index_cli.py", "api.py", "__main__.py", "export.py")
+    ]
     bad = {_relative(p): sorted(m for m in _lit_rag_imports(p) if _is_under(m, *top)) for p in core}
     assert {k: v for k, v in bad.items() if v} == {}
 
@@ -68,16 +80,24 @@ def test_core_never_imports_plugins_the_api_callbacks_or_the_cli():
 def test_machinery_below_the_modules(folder: str):
     """Retrieval, rollout, metrics and data never reach up into the LightningModules (model
     loading facts they need live in lit_rag.models)."""
-    bad = {_relative(p): sorted(m for m in _lit_rag_imports(p) if _is_under(m, "lit_rag.modules"))
-           for p in _modules(folder)}
+    bad = {
+        _relative(p): sorted(m for m in _lit_rag_imports(p) if _is_under(m, "lit_rag.modules"))
+        for p in _modules(folder)
+    }
     assert {k: v for k, v in bad.items() if v} == {}
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from lit_rag.plugins.rewards.qa import F1Reward\n    import lit_rag.cli\n"
-                      "from lit_rag import registry\n")
-    assert _lit_rag_imports(source) == {"lit_rag.plugins.rewards.qa", "lit_rag.cli", "lit_rag.registry"}
+    source.write_text(
+        "def f():\n    from lit_rag.plugins.rewards.qa import F1Reward\n    import lit_rag.cli\n"
+        "from lit_rag import registry\n"
+    )
+    assert _lit_rag_imports(source) == {
+        "lit_rag.plugins.rewards.qa",
+        "lit_rag.cli",
+        "lit_rag.registry",
+    }
 
 
 def test_every_built_in_plugin_lives_under_plugins():
@@ -85,9 +105,12 @@ def test_every_built_in_plugin_lives_under_plugins():
     import tomllib
 
     project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
-    targets = {f"{group}: {name}": target.split(":")[0]
-               for group, entries in project["entry-points"].items() if group.startswith("lit_rag.")
-               for name, target in entries.items()}
+    targets = {
+        f"{group}: {name}": target.split(":")[0]
+        for group, entries in project["entry-points"].items()
+        if group.startswith("lit_rag.")
+        for name, target in entries.items()
+    }
     assert len(targets) >= 20
     assert {k: v for k, v in targets.items() if not v.startswith("lit_rag.plugins.")} == {}
 

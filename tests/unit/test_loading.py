@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lit_rag.modules.loading import (
-    LoraSettings, ModelConfig, TinyConfig, has_adapters, load_model, load_tokenizer, resolve_path,
+    LoraSettings,
+    ModelConfig,
+    TinyConfig,
+    has_adapters,
+    load_model,
+    load_tokenizer,
+    resolve_path,
 )
 
 
@@ -21,8 +27,12 @@ def test_tiny_model_and_tokenizer_are_deterministic():
 
 
 def test_lora_adds_adapters_and_freezes_base():
-    model = load_model(ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2),
-                                   lora=LoraSettings(r=2, alpha=4)))
+    model = load_model(
+        ModelConfig(
+            tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2),
+            lora=LoraSettings(r=2, alpha=4),
+        )
+    )
     assert has_adapters(model)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -36,7 +46,9 @@ def test_missing_path_is_one_clear_line(tmp_path):
 
 
 def test_missing_package_path():
-    with pytest.raises(FileNotFoundError, match="python package 'no_such_pkg_xyz' is not installed"):
+    with pytest.raises(
+        FileNotFoundError, match="python package 'no_such_pkg_xyz' is not installed"
+    ):
         resolve_path("pkg://no_such_pkg_xyz/model.gguf")
 
 
@@ -55,7 +67,10 @@ def test_folder_with_two_gguf_files_needs_a_name(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"tiny": TinyConfig(), "dtype": "fp8"}, "dtype 'fp8' is not supported; allowed: float32, bfloat16, float16"),
+        (
+            {"tiny": TinyConfig(), "dtype": "fp8"},
+            "dtype 'fp8' is not supported; allowed: float32, bfloat16, float16",
+        ),
         ({"tiny": TinyConfig(), "quantization": "2bit"}, "quantization '2bit' is not supported"),
         ({"tiny": TinyConfig(), "quantization": "4bit"}, "quantization needs model lora"),
         ({}, "needs either 'path'"),

@@ -71,7 +71,9 @@ def test_validation_metrics_normalize_punctuation_as_the_recipe_says():
         m_space, m_delete = cls(punctuation="space"), cls()
         m_space.update(["Jean-Paul Sartre"], [["Jean Paul Sartre"]])
         m_delete.update(["Jean-Paul Sartre"], [["Jean Paul Sartre"]])
-        assert float(m_space.compute()) == pytest.approx(space) and float(m_delete.compute()) == pytest.approx(delete)
+        assert float(m_space.compute()) == pytest.approx(space) and float(
+            m_delete.compute()
+        ) == pytest.approx(delete)
 
 
 def test_policy_module_refuses_an_unknown_answer_punctuation():
@@ -81,6 +83,13 @@ def test_policy_module_refuses_an_unknown_answer_punctuation():
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.rewards.qa import ExactMatchReward
 
-    with pytest.raises(ValueError, match="answer_punctuation 'strip' is not known; allowed: delete, space"):
-        PolicyModule(policy=ModelConfig(tiny=TinyConfig()), environment=SingleTurnEnvironment(),
-                     reward=ExactMatchReward(), algorithm=GRPO(), answer_punctuation="strip")
+    with pytest.raises(
+        ValueError, match="answer_punctuation 'strip' is not known; allowed: delete, space"
+    ):
+        PolicyModule(
+            policy=ModelConfig(tiny=TinyConfig()),
+            environment=SingleTurnEnvironment(),
+            reward=ExactMatchReward(),
+            algorithm=GRPO(),
+            answer_punctuation="strip",
+        )

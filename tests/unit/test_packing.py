@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from lit_rag.algorithm import collate
-from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model
 from lit_rag.modules import activation_checkpointing
+from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model
 from lit_rag.modules.logprobs import _base_model, completion_logprobs, packed_logprobs
 from lit_rag.modules.packing import pack, packed_cost, plan_micro_batches, split_rows
 from lit_rag.plugins.algorithms.grpo import GRPO
@@ -17,9 +17,11 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def _model(lora: bool = False, attn: str | None = None) -> torch.nn.Module:
     """A tiny policy without activation checkpointing (the tests that want it enable it)."""
-    config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, vocab_size=512, seed=3),
-                         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
-                         gradient_checkpointing="none")
+    config = ModelConfig(
+        tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, vocab_size=512, seed=3),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
+        gradient_checkpointing="none",
+    )
     model = load_model(config).train()
     if attn is not None:
         model.config._attn_implementation = attn
@@ -31,13 +33,21 @@ def _model(lora: bool = False, attn: str | None = None) -> torch.nn.Module:
     return model
 
 
-def _trajectory(prompt: list[int], completion: list[int], group: int, inserted: tuple[int, int] | None = None) -> Trajectory:
+def _trajectory(
+    prompt: list[int], completion: list[int], group: int, inserted: tuple[int, int] | None = None
+) -> Trajectory:
     mask = torch.ones(len(completion))
     if inserted is not None:  # tokens the environment inserted (a multi-turn retrieval result)
         mask[inserted[0] : inserted[1]] = 0
-    return Trajectory(example=Example(id=str(group), question="q", answers=["a"]), group=group,
-                      prompt_ids=torch.tensor(prompt), completion_ids=torch.tensor(completion),
-                      loss_mask=mask, sampling_logprobs=-torch.ones(len(completion)) * mask, text="")
+    return Trajectory(
+        example=Example(id=str(group), question="q", answers=["a"]),
+        group=group,
+        prompt_ids=torch.tensor(prompt),
+        completion_ids=torch.tensor(completion),
+        loss_mask=mask,
+        sampling_logprobs=-torch.ones(len(completion)) * mask,
+        text="",
+    )
 
 
 def _single_turn() -> list[Trajectory]:
@@ -48,8 +58,9 @@ def _single_turn() -> list[Trajectory]:
         return torch.randint(5, 200, (n,), generator=g).tolist()
 
     p0, p1 = ids(11), ids(4)
-    return ([_trajectory(p0, ids(n), 0) for n in (5, 2, 7)]
-            + [_trajectory(p1, ids(n), 1) for n in (3, 6, 1, 4)])
+    return [_trajectory(p0, ids(n), 0) for n in (5, 2, 7)] + [
+        _trajectory(p1, ids(n), 1) for n in (3, 6, 1, 4)
+    ]
 
 
 def _multi_turn() -> list[Trajectory]:
@@ -60,15 +71,20 @@ def _multi_turn() -> list[Trajectory]:
         return torch.randint(5, 200, (n,), generator=g).tolist()
 
     prompt = ids(9)
-    return [_trajectory(prompt, ids(14), 0, inserted=(4, 10)), _trajectory(prompt, ids(3), 0),
-            _trajectory(prompt, ids(20), 0, inserted=(2, 12))]
+    return [
+        _trajectory(prompt, ids(14), 0, inserted=(4, 10)),
+        _trajectory(prompt, ids(3), 0),
+        _trajectory(prompt, ids(20), 0, inserted=(2, 12)),
+    ]
 
 
 def _logprobs_and_grads(model, batch, width, share: bool):
     model.zero_grad(set_to_none=True)
     packed = pack(batch.input_ids, batch.attention_mask, width, share=share)
     out = packed_logprobs(model, packed, temperature=0.7, chunk_tokens=5)
-    (out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)).sum().backward()
+    (
+        out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)
+    ).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.detach(), grads, packed
 
@@ -89,7 +105,9 @@ def test_shared_equals_unshared(kind, lora):
     for name, grad in shared_grads.items():
         assert torch.allclose(grad, plain_grads[name], rtol=RTOL, atol=ATOL), name
     # and both equal the left-padded full-row computation the module used before packing
-    before = completion_logprobs(model, batch.input_ids, batch.attention_mask, width, temperature=0.7)
+    before = completion_logprobs(
+        model, batch.input_ids, batch.attention_mask, width, temperature=0.7
+    )
     assert torch.allclose(shared[mask], before.detach()[mask], rtol=RTOL, atol=ATOL)
 
 
@@ -98,8 +116,15 @@ def _grouped_query_model() -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(5)
-    config = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(config).train()
 
 
@@ -108,7 +133,9 @@ def _grouped_query_model() -> torch.nn.Module:
 def test_split_attention_equals_the_block_mask(kind, model_kind):
     # lit_rag.modules.prefix_attention: the prompt causal, the completions against prompt + own
     # tokens, put back in the packed layout; values and gradients as the dense block mask gives
-    model = _grouped_query_model() if model_kind == "grouped_query" else _model(model_kind == "lora")
+    model = (
+        _grouped_query_model() if model_kind == "grouped_query" else _model(model_kind == "lora")
+    )
     trajectories = _single_turn() if kind == "single_turn" else _multi_turn()
     batch = collate(trajectories + _single_turn(), pad_id=0)  # packed rows of different lengths
     packed = pack(batch.input_ids, batch.attention_mask, batch.width)
@@ -117,8 +144,12 @@ def test_split_attention_equals_the_block_mask(kind, model_kind):
     def run(split: bool):
         model.zero_grad(set_to_none=True)
         out = packed_logprobs(model, packed, temperature=0.7, chunk_tokens=5, split=split)
-        (out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)).sum().backward()
-        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        (
+            out * batch.completion_mask * torch.linspace(0.5, 1.5, out.numel()).view_as(out)
+        ).sum().backward()
+        return out.detach(), {
+            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+        }
 
     split, split_grads = run(True)
     assert model.config._attn_implementation == "lit_rag_sdpa"  # the split path ran
@@ -182,7 +213,9 @@ def test_grpo_loss_equal_shared_and_unshared():
     batch = grpo.prepare(trajectories, rewards).batch
     losses = []
     for share in (True, False):
-        batch.logprobs = packed_logprobs(model, pack(batch.input_ids, batch.attention_mask, batch.width, share=share))
+        batch.logprobs = packed_logprobs(
+            model, pack(batch.input_ids, batch.attention_mask, batch.width, share=share)
+        )
         batch.old_logprobs = batch.logprobs.detach()
         losses.append(grpo.loss(batch).loss.detach())
     assert torch.allclose(losses[0], losses[1], rtol=RTOL, atol=ATOL)
@@ -190,15 +223,24 @@ def test_grpo_loss_equal_shared_and_unshared():
 
 def test_packed_layout():
     # one group of three rows: prompt once, completions after it at the prompt's position
-    batch = collate([_trajectory([7, 8, 9], [20, 21], 0), _trajectory([7, 8, 9], [30], 0),
-                     _trajectory([5], [40, 41, 42], 1)])
+    batch = collate(
+        [
+            _trajectory([7, 8, 9], [20, 21], 0),
+            _trajectory([7, 8, 9], [30], 0),
+            _trajectory([5], [40, 41, 42], 1),
+        ]
+    )
     packed = pack(batch.input_ids, batch.attention_mask, batch.width)
     assert packed.input_ids.tolist() == [[7, 8, 9, 20, 21, 30], [5, 40, 41, 42, 0, 0]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 3], [0, 1, 2, 3, 0, 0]]
     allowed = packed.attention_mask[0, 0]
     assert allowed[5].tolist() == [True, True, True, False, False, True]  # not the other completion
     assert packed.real_tokens == 10
-    assert packed.sources.tolist()[:3] == [[0, 2], [0, 3], [0, 2]]  # row 1's token predicted by the prompt's end
+    assert packed.sources.tolist()[:3] == [
+        [0, 2],
+        [0, 3],
+        [0, 2],
+    ]  # row 1's token predicted by the prompt's end
 
 
 def test_plan_keeps_groups_within_budget():
@@ -220,12 +262,17 @@ def test_plan_rows_cap_and_pairs():
     plan = plan_micro_batches(prompts, [1] * 6, max_tokens=None, max_rows=2, row_group=2)
     assert sorted(map(sorted, plan)) == [[0, 1], [2, 3], [4, 5]]
     unshared = plan_micro_batches(prompts, [1] * 6, max_tokens=6, share=False)
-    assert all(packed_cost([prompts[i] for i in m], [1] * len(m), share=False) <= 6 for m in unshared)
+    assert all(
+        packed_cost([prompts[i] for i in m], [1] * len(m), share=False) <= 6 for m in unshared
+    )
 
 
 def test_split_rows_reads_the_collated_layout():
     batch = collate([_trajectory([7, 8, 9], [20, 21], 0), _trajectory([5], [40], 1)])
-    assert split_rows(batch.input_ids, batch.attention_mask, batch.width) == [((7, 8, 9), [20, 21]), ((5,), [40])]
+    assert split_rows(batch.input_ids, batch.attention_mask, batch.width) == [
+        ((7, 8, 9), [20, 21]),
+        ((5,), [40]),
+    ]
 
 
 def _accumulated_grads(module, batch) -> tuple[dict, float, int]:
@@ -254,15 +301,23 @@ def test_module_micro_batches_accumulate_the_unshared_gradient(lora):
 
     torch.manual_seed(0)
     module = PolicyModule(
-        policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, seed=3),
-                           lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None),
-        environment=SingleTurnEnvironment(), reward=ExactMatchReward(), algorithm=GRPO(beta=0.0),
+        policy=ModelConfig(
+            tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, seed=3),
+            lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
+        ),
+        environment=SingleTurnEnvironment(),
+        reward=ExactMatchReward(),
+        algorithm=GRPO(beta=0.0),
     )
     module.configure_model()
     module.model.train()
-    trajectories = _single_turn() + [_trajectory(t.prompt_ids.tolist(), t.completion_ids.tolist(), 2,
-                                                 inserted=(0, 2)) for t in _multi_turn()]
-    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 0.2, 0.7, 0.3, 0.9, 0.0]))
+    trajectories = _single_turn() + [
+        _trajectory(t.prompt_ids.tolist(), t.completion_ids.tolist(), 2, inserted=(0, 2))
+        for t in _multi_turn()
+    ]
+    rewards = RewardBreakdown(
+        total=torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 0.2, 0.7, 0.3, 0.9, 0.0])
+    )
     batch = module.algorithm.prepare(trajectories, rewards).batch
     module.share_prefix, module.micro_batch_tokens, module.micro_batch_size = True, 30, None
     shared, shared_loss, count = _accumulated_grads(module, batch)

@@ -17,7 +17,12 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 ROWS = [
     # ARENA (shared/seeds/arena.txt; release: ren258/ARENA configs/grpo.yaml, its TRL 0.16)
-    ("arena", "data.global_batch_size", 256, "Appendix E: total batch 256 (prompts; release 4 x 7 x 64 / 7)"),
+    (
+        "arena",
+        "data.global_batch_size",
+        256,
+        "Appendix E: total batch 256 (prompts; release 4 x 7 x 64 / 7)",
+    ),
     ("arena", "model.group_size", 7, "Section 3 / Appendix E: 7 samples per prompt"),
     ("arena", "model.lr", 3.0e-6, "Appendix E: lr 3e-6"),
     ("arena", "model.lr_schedule", "cosine", "release configs/grpo.yaml: lr_scheduler_type cosine"),
@@ -27,7 +32,12 @@ ROWS = [
     ("arena", "model.algorithm.init_args.beta", 0.04, "release: TRL GRPOConfig beta default"),
     ("arena", "model.algorithm.init_args.kl_estimator", "stabilized", "Section 3.2: stabilized KL"),
     ("arena", "model.algorithm.init_args.epsilon", 0.2, "release: TRL epsilon default"),
-    ("arena", "model.algorithm.init_args.loss_aggregation", "token", "release: TRL 0.16 token mean"),
+    (
+        "arena",
+        "model.algorithm.init_args.loss_aggregation",
+        "token",
+        "release: TRL 0.16 token mean",
+    ),
     ("arena", "model.sampling.max_new_tokens", 256, "release: max_completion_length 256"),
     ("arena", "model.sampling.temperature", 0.9, "Appendix E: temperature 0.9"),
     # Eval-RAR (shared/seeds/eval_rar.md; silent parts: Search-R1 v0.2/train_grpo.sh, its verl)
@@ -38,26 +48,71 @@ ROWS = [
     ("eval_rar", "model.betas", [0.9, 0.999], "verl fsdp_workers.py AdamW defaults"),
     ("eval_rar", "model.weight_decay", 0.01, "verl fsdp_workers.py AdamW default"),
     ("eval_rar", "model.algorithm.init_args.beta", 0.001, "Appendix A.2: beta 0.001"),
-    ("eval_rar", "model.algorithm.init_args.kl_estimator", "low_var_kl", "Search-R1: kl_loss_type=low_var_kl"),
+    (
+        "eval_rar",
+        "model.algorithm.init_args.kl_estimator",
+        "low_var_kl",
+        "Search-R1: kl_loss_type=low_var_kl",
+    ),
     ("eval_rar", "model.algorithm.init_args.epsilon", 0.2, "Appendix A.2: clip 0.2"),
-    ("eval_rar", "model.algorithm.init_args.mini_batches", 10, "Search-R1: 2,560 rows / ppo_mini_batch_size 256"),
-    ("eval_rar", "model.algorithm.init_args.loss_aggregation", "sequence", "Eq. 6: 1/G sum 1/|o_i| sum_t"),
+    (
+        "eval_rar",
+        "model.algorithm.init_args.mini_batches",
+        10,
+        "Search-R1: 2,560 rows / ppo_mini_batch_size 256",
+    ),
+    (
+        "eval_rar",
+        "model.algorithm.init_args.loss_aggregation",
+        "sequence",
+        "Eq. 6: 1/G sum 1/|o_i| sum_t",
+    ),
     ("eval_rar", "trainer.max_steps", 2000, "Section 5.1: 200 steps x 10 optimizer steps each"),
     ("eval_rar", "model.environment.init_args.max_turns", 4, "Search-R1: max_turns=4"),
     ("eval_rar", "model.environment.init_args.top_k", 3, "Section 5.1: top-3 documents"),
-    ("eval_rar", "model.environment.init_args.max_information_tokens", 500, "Search-R1: max_obs_length=500"),
+    (
+        "eval_rar",
+        "model.environment.init_args.max_information_tokens",
+        500,
+        "Search-R1: max_obs_length=500",
+    ),
     ("eval_rar", "model.sampling.max_new_tokens", 500, "Search-R1: max_response_length=500"),
-    ("eval_rar", "model.environment.init_args.answer_after_max_turns", False, "Algorithm 1: no extra generation"),
+    (
+        "eval_rar",
+        "model.environment.init_args.answer_after_max_turns",
+        False,
+        "Algorithm 1: no extra generation",
+    ),
     # Search-R1 as Eval-RAR's baseline (its released script)
     ("search_r1", "data.global_batch_size", 512, "Search-R1: train_batch_size=512"),
     ("search_r1", "model.group_size", 5, "Search-R1: n_agent=5"),
     ("search_r1", "model.warmup_ratio", 0.285, "Search-R1: lr_warmup_steps_ratio=0.285"),
     ("search_r1", "model.weight_decay", 0.01, "verl fsdp_workers.py AdamW default"),
-    ("search_r1", "model.algorithm.init_args.mini_batches", 10, "Search-R1: 2,560 rows / ppo_mini_batch_size 256"),
+    (
+        "search_r1",
+        "model.algorithm.init_args.mini_batches",
+        10,
+        "Search-R1: 2,560 rows / ppo_mini_batch_size 256",
+    ),
     ("search_r1", "trainer.max_steps", 2000, "200 steps x 10 optimizer steps each"),
-    ("search_r1", "model.environment.init_args.max_information_tokens", 500, "Search-R1: max_obs_length=500"),
-    ("search_r1", "model.environment.init_args.answer_after_max_turns", True, "Search-R1's final LLM rollout"),
-    ("search_r1", "model.environment.init_args.evaluate", False, "Search-R1 has no evaluation step"),
+    (
+        "search_r1",
+        "model.environment.init_args.max_information_tokens",
+        500,
+        "Search-R1: max_obs_length=500",
+    ),
+    (
+        "search_r1",
+        "model.environment.init_args.answer_after_max_turns",
+        True,
+        "Search-R1's final LLM rollout",
+    ),
+    (
+        "search_r1",
+        "model.environment.init_args.evaluate",
+        False,
+        "Search-R1 has no evaluation step",
+    ),
     # R2AG (shared/seeds/r2ag.md)
     ("r2ag", "data.global_batch_size", 128, "B.2: prompt batch 128"),
     ("r2ag", "model.group_size", 12, "B.2: group size 12"),
@@ -83,7 +138,12 @@ ROWS = [
     ("evo_rag", "model.lr", 5.0e-6, "Section 3.4: lr 5e-6"),
     ("evo_rag", "model.environment.init_args.t_max", 20, "Section 3.6: T_max 20"),
     ("evo_rag", "model.reward.init_args.t_max", 20, "Section 3.6: T_max 20"),
-    ("evo_rag", "model.reward.init_args.action_threshold", 0.3, "Section 3.2: r_act from p(t) >= 0.3"),
+    (
+        "evo_rag",
+        "model.reward.init_args.action_threshold",
+        0.3,
+        "Section 3.2: r_act from p(t) >= 0.3",
+    ),
     ("evo_rag", "data.num_train", 1000, "Section 4.1: 1,000 HotpotQA questions"),
 ]
 
@@ -96,7 +156,9 @@ def value(recipe: str, key: str):
     return node
 
 
-@pytest.mark.parametrize("recipe, key, expected, source", ROWS, ids=[f"{r}:{k}" for r, k, _, _ in ROWS])
+@pytest.mark.parametrize(
+    "recipe, key, expected, source", ROWS, ids=[f"{r}:{k}" for r, k, _, _ in ROWS]
+)
 def test_paper_recipe_setting(recipe, key, expected, source):
     actual = value(recipe, key)
     wanted = pytest.approx(expected) if isinstance(expected, float) else expected

@@ -65,9 +65,16 @@ class CountingEnvironment(SingleTurnEnvironment):
 
 
 def _module() -> PolicyModule:
-    return PolicyModule(policy=TINY, environment=CountingEnvironment(), reward=CountingReward(),
-                        algorithm=GRPO(beta=0.04), group_size=2, sampling=SamplingParams(max_new_tokens=4),
-                        micro_batch_size=4, lr=1e-3)
+    return PolicyModule(
+        policy=TINY,
+        environment=CountingEnvironment(),
+        reward=CountingReward(),
+        algorithm=GRPO(beta=0.04),
+        group_size=2,
+        sampling=SamplingParams(max_new_tokens=4),
+        micro_batch_size=4,
+        lr=1e-3,
+    )
 
 
 def test_callbacks_get_a_step_output_and_plugin_state_is_checkpointed(tmp_path):
@@ -80,15 +87,27 @@ def test_callbacks_get_a_step_output_and_plugin_state_is_checkpointed(tmp_path):
             seen.append(StepOutput.of(outputs))
 
     module = _module()
-    trainer = L.Trainer(max_steps=2, callbacks=[Watch()], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-                        num_sanity_val_steps=0, limit_val_batches=0)
-    trainer.fit(module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=2))
+    trainer = L.Trainer(
+        max_steps=2,
+        callbacks=[Watch()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(
+        module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=2)
+    )
     # 2 steps x 2 prompts x G = 2 samples: each step's output carries its own 4 trajectories
     assert [len(s.trajectories) for s in seen] == [4, 4]
     assert all(s.batch_size == 2 and s.rewards.total.shape == (4,) for s in seen)
     assert {"reward/total", "train/loss", "train/kl"} <= set(seen[-1].metrics)
-    assert float(seen[-1].metrics["reward/total"]) == pytest.approx(float(seen[-1].rewards.total.mean()))
+    assert float(seen[-1].metrics["reward/total"]) == pytest.approx(
+        float(seen[-1].rewards.total.mean())
+    )
 
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     stored = torch.load(tmp_path / "last.ckpt", weights_only=True)["lit_rag"]
@@ -108,7 +127,11 @@ def test_declared_capabilities_have_defaults():
             raise NotImplementedError
 
     algorithm = Minimal()
-    assert (algorithm.row_group, algorithm.dynamic_sampling_rounds, algorithm.wants_scorer) == (1, 0, False)
+    assert (algorithm.row_group, algorithm.dynamic_sampling_rounds, algorithm.wants_scorer) == (
+        1,
+        0,
+        False,
+    )
     assert algorithm.kl_coef is None and algorithm.state_dict() == {}
     with pytest.raises(AttributeError, match="no KL coefficient"):
         algorithm.kl_coef = 0.1
@@ -149,5 +172,9 @@ def test_kl_monitor_adapts_only_a_declared_kl_coefficient():
     assert dpo.algorithm.beta == 0.1 and "kl/beta" not in dpo.logged[-1]
     grpo = Module(GRPO(beta=0.1))
     # target 0.1, KL 0.2: e = clip(0.2 / 0.1 - 1, -0.2, 0.2) = 0.2; beta <- 0.1 * (1 + 0.1 * 0.2) = 0.102
-    KLMonitor(warn_above=None, target=0.1, adapt_rate=0.1).on_train_batch_end(trainer, grpo, outputs, None, 0)
-    assert grpo.algorithm.beta == pytest.approx(0.102) and grpo.logged[-1]["kl/beta"] == pytest.approx(0.102)
+    KLMonitor(warn_above=None, target=0.1, adapt_rate=0.1).on_train_batch_end(
+        trainer, grpo, outputs, None, 0
+    )
+    assert grpo.algorithm.beta == pytest.approx(0.102) and grpo.logged[-1][
+        "kl/beta"
+    ] == pytest.approx(0.102)

@@ -73,7 +73,11 @@ def test_plugin_modules_import_only_the_public_api() -> None:
         names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imports[path.name] = sorted(m for m in names if m.split(".")[0] == "lit_rag")
-    assert imports == {"__init__.py": ["lit_rag.api"], "brevity.py": ["lit_rag.api"], "median_baseline.py": []}
+    assert imports == {
+        "__init__.py": ["lit_rag.api"],
+        "brevity.py": ["lit_rag.api"],
+        "median_baseline.py": [],
+    }
 
 
 def test_function_reward_and_estimator_load_by_name() -> None:
@@ -94,7 +98,11 @@ def test_recipe_builds_the_composite_with_the_plugins(built) -> None:
     reward = built.model.reward
     assert isinstance(reward, CompositeReward)
     plugin_class = lit_rag_length_penalty.LengthPenaltyReward
-    assert [type(r) for r in reward.rewards] == [ArenaReward, plugin_class, lit_rag.reward_functions.brevity]
+    assert [type(r) for r in reward.rewards] == [
+        ArenaReward,
+        plugin_class,
+        lit_rag.reward_functions.brevity,
+    ]
     assert reward.weights == {"arena": 1.0, "length_penalty": 0.5, "brevity": 0.25}
     assert reward.rewards[1].max_words == 3
     assert reward.rewards[2].kwargs == {"max_words": 2}  # the recipe's init_args
@@ -145,8 +153,17 @@ def test_recipe_fits_for_its_two_steps(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     registry.clear_cache()
     try:
-        main(["fit", "--config", str(RECIPE), "--trainer.default_root_dir", str(tmp_path),
-              "--trainer.logger.init_args.save_dir", str(tmp_path)])
+        main(
+            [
+                "fit",
+                "--config",
+                str(RECIPE),
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--trainer.logger.init_args.save_dir",
+                str(tmp_path),
+            ]
+        )
     finally:
         registry.clear_cache()
     (metrics,) = tmp_path.rglob("metrics.csv")

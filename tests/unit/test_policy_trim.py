@@ -17,15 +17,24 @@ def test_trimmed_micro_batch_logprobs_match_the_padded_batch():
     torch.manual_seed(0)
     module = PolicyModule(
         policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2)),
-        environment=SingleTurnEnvironment(), reward=ExactMatchReward(), algorithm=GRPO(),
+        environment=SingleTurnEnvironment(),
+        reward=ExactMatchReward(),
+        algorithm=GRPO(),
     )
     module.configure_model()
     model = module.model.eval()
     ex = Example(id="q", question="?", answers=["a"])
     shapes = [(5, 30), (12, 3), (7, 9), (3, 1)]  # (prompt, completion) lengths
     trajectories = [
-        Trajectory(ex, 0, torch.randint(3, 200, (p,)), torch.randint(3, 200, (c,)),
-                   torch.ones(c, dtype=torch.long), torch.zeros(c), "")
+        Trajectory(
+            ex,
+            0,
+            torch.randint(3, 200, (p,)),
+            torch.randint(3, 200, (c,)),
+            torch.ones(c, dtype=torch.long),
+            torch.zeros(c),
+            "",
+        )
         for p, c in shapes
     ]
     batch = collate(trajectories)

@@ -38,12 +38,19 @@ def test_the_real_cpu_check_answers() -> None:
 
 def test_recipe_auto_is_rewritten_before_parsing(native, tmp_path) -> None:
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({"trainer": {"accelerator": "cpu", "precision": "auto"}}), encoding="utf-8")
+    recipe.write_text(
+        yaml.safe_dump({"trainer": {"accelerator": "cpu", "precision": "auto"}}), encoding="utf-8"
+    )
     out = resolve_args(["fit", "--config", str(recipe)])
     assert yaml.safe_load(out[2])["trainer"]["precision"] == ("bf16-mixed" if native else "32-true")
-    assert resolve_args(["--trainer.precision=auto"])[-1] == f"--trainer.precision={'bf16-mixed' if native else '32-true'}"
+    assert (
+        resolve_args(["--trainer.precision=auto"])[-1]
+        == f"--trainer.precision={'bf16-mixed' if native else '32-true'}"
+    )
     # an override of the accelerator is what decides: a GPU without CUDA here is not bf16
-    out = resolve_args(["--config", str(recipe), "--trainer.accelerator", "gpu", "--trainer.precision", "auto"])
+    out = resolve_args(
+        ["--config", str(recipe), "--trainer.accelerator", "gpu", "--trainer.precision", "auto"]
+    )
     assert out[-1] == ("bf16-mixed" if precision.has_native_bf16("gpu") else "32-true")
 
 

@@ -47,7 +47,9 @@ def tiny_folder(tmp_path_factory):
 
 
 def _qlora(folder, quantization="4bit") -> ModelConfig:
-    return ModelConfig(path=str(folder), quantization=quantization, lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    return ModelConfig(
+        path=str(folder), quantization=quantization, lora=LoraSettings(r=4, alpha=8, dropout=0.0)
+    )
 
 
 def test_4bit_loading_quantizes_the_linear_layers_and_trains_only_adapters(tiny_folder):
@@ -77,13 +79,27 @@ def test_8bit_loading_runs_forward(tiny_folder):
 
 def test_qlora_fit_updates_adapters_and_keeps_the_4bit_base(tiny_folder, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    module = PolicyModule(policy=_qlora(tiny_folder), environment=SingleTurnEnvironment(), reward=Distinct(),
-                          algorithm=GRPO(beta=0.04), group_size=4, sampling=SamplingParams(max_new_tokens=8),
-                          micro_batch_size=2, lr=1e-2)
+    module = PolicyModule(
+        policy=_qlora(tiny_folder),
+        environment=SingleTurnEnvironment(),
+        reward=Distinct(),
+        algorithm=GRPO(beta=0.04),
+        group_size=4,
+        sampling=SamplingParams(max_new_tokens=8),
+        micro_batch_size=2,
+        lr=1e-2,
+    )
     data = QADataModule(num_train=4, num_val=2, batch_size=2, hops=[2], num_distractors=0)
-    trainer = L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     module.configure_model()
     ids = torch.randint(3, 100, (2, 10))
 
@@ -92,11 +108,15 @@ def test_qlora_fit_updates_adapters_and_keeps_the_4bit_base(tiny_folder, tmp_pat
             return module.model(input_ids=ids).logits
 
     base_before = base_logits()
-    adapters = {n: p.detach().clone() for n, p in module.model.named_parameters() if p.requires_grad}
+    adapters = {
+        n: p.detach().clone() for n, p in module.model.named_parameters() if p.requires_grad
+    }
     trainer.fit(module, datamodule=data)
     assert torch.equal(base_logits(), base_before)  # the 4-bit base did not move
     after = dict(module.model.named_parameters())
-    assert any(not torch.equal(adapters[n], after[n].detach()) for n in adapters)  # the adapters did
+    assert any(
+        not torch.equal(adapters[n], after[n].detach()) for n in adapters
+    )  # the adapters did
     assert "train/kl" in trainer.callback_metrics  # the reference is the base with adapters off
 
 
@@ -116,7 +136,9 @@ def test_adapter_gradients_match_a_full_precision_twin_after_a_rollout(tiny_fold
     twin_modules, twin_params = dict(twin.named_modules()), dict(twin.named_parameters())
     for name, module in quant.named_modules():
         if isinstance(module, bnb.nn.Linear4bit):
-            w = bnb.functional.dequantize_4bit(module.weight.data, module.weight.quant_state).float()
+            w = bnb.functional.dequantize_4bit(
+                module.weight.data, module.weight.quant_state
+            ).float()
             twin_modules[name].weight.data.copy_(w)
     for name, p in quant.named_parameters():
         if "lora_" in name:

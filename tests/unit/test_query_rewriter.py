@@ -8,15 +8,22 @@ from helpers import ScriptedPolicy
 from lit_rag import registry
 from lit_rag.plugins.algorithms.dpo import DPO
 from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment, parse_action
-from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.evo_rag import EvoRagReward
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
 
-CORPUS = [Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
-          Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-          Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun.")]
-EX = Example(id="q1", question="Where was the founder of Orbel Mills born?", answers=["Kessa"], gold_ids=["g1", "g2"])
+CORPUS = [
+    Passage("g1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
+    Passage("g2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
+    Passage("n1", "Vell Works", "Vell Works makes boats in the city of Ardun."),
+]
+EX = Example(
+    id="q1",
+    question="Where was the founder of Orbel Mills born?",
+    answers=["Kessa"],
+    gold_ids=["g1", "g2"],
+)
 PARAMS = SamplingParams(max_new_tokens=512)
 
 
@@ -28,7 +35,10 @@ def retriever():
 
 
 def test_parse_action():
-    assert parse_action("<think>x</think><search> Orbel Mills </search>") == ("search", "Orbel Mills")
+    assert parse_action("<think>x</think><search> Orbel Mills </search>") == (
+        "search",
+        "Orbel Mills",
+    )
     assert parse_action("<backtrack></backtrack><search>q</search>") == ("backtrack", "")
     assert parse_action("<answer>Kessa</answer>") == ("answer", "Kessa")
     assert parse_action("<refuse></refuse>") == ("refuse", "")
@@ -39,19 +49,27 @@ def test_parse_action():
 def test_search_backtrack_answer_and_search_refuse(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0)
-    other = Example(id="q2", question="What does Vell Works make?", answers=["boats"], gold_ids=["n1"])
-    engine = ScriptedPolicy(tok, [
-        ["<search>boats Ardun</search>", "<search>Vell Works</search>"],
-        ["<backtrack></backtrack>", "<refuse></refuse>"],
-        ["<search>Orbel Mills founder</search>"],
-        ["<answer>Kessa</answer>"],
-    ])
+    other = Example(
+        id="q2", question="What does Vell Works make?", answers=["boats"], gold_ids=["n1"]
+    )
+    engine = ScriptedPolicy(
+        tok,
+        [
+            ["<search>boats Ardun</search>", "<search>Vell Works</search>"],
+            ["<backtrack></backtrack>", "<refuse></refuse>"],
+            ["<search>Orbel Mills founder</search>"],
+            ["<answer>Kessa</answer>"],
+        ],
+    )
     first, second = env.validation_rollout([EX, other], engine, PARAMS)
     assert [s.action for s in first.steps] == ["search", "backtrack", "search", "answer"]
     assert first.steps[0].passage_ids == ["n1"] and first.steps[2].passage_ids == ["g1"]
     # after BACKTRACK the dropped sub-query and its document are gone from the state
     assert "boats Ardun" in engine.prompts[1][0]
-    assert "boats Ardun" not in engine.prompts[2][0] and "Vell Works makes boats" not in engine.prompts[2][0]
+    assert (
+        "boats Ardun" not in engine.prompts[2][0]
+        and "Vell Works makes boats" not in engine.prompts[2][0]
+    )
     assert env.extract_answer(first) == "Kessa"
     assert [s.action for s in second.steps] == ["search", "refuse"]
     m = env.metrics([first, second])
@@ -81,10 +99,14 @@ def test_state_carries_the_kept_rationales(tiny_policy, retriever):
     assert "Thought 1: first the founder\nSub-query 1: boats Ardun" in state_1
     assert "first the founder" not in state_2 and "wrong company" not in state_2  # back at s_0
     assert "Thought 1: the founder of Orbel Mills\nSub-query 1: Orbel Mills founder" in state_3
-    plain = QueryRewriterEnvironment(retriever, top_k=1, t_max=5, branch_states=0, state_rationales=False)
+    plain = QueryRewriterEnvironment(
+        retriever, top_k=1, t_max=5, branch_states=0, state_rationales=False
+    )
     engine = ScriptedPolicy(tok, [list(c) for c in calls])
     plain.validation_rollout([EX], engine, PARAMS)
-    assert "Thought" not in engine.prompts[1][0] and "Sub-query 1: boats Ardun" in engine.prompts[1][0]
+    assert (
+        "Thought" not in engine.prompts[1][0] and "Sub-query 1: boats Ardun" in engine.prompts[1][0]
+    )
 
 
 def test_t_max_ends_the_episode(tiny_policy, retriever):
@@ -98,11 +120,14 @@ def test_t_max_ends_the_episode(tiny_policy, retriever):
 def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
     _, tok = tiny_policy
     env = QueryRewriterEnvironment(retriever, top_k=1, t_max=4, branch_states=1)
-    engine = ScriptedPolicy(tok, [
-        # the main episode at t=0 and the sibling it starts there, generated together
-        ["<search>Orbel Mills founder</search>", "<refuse></refuse>"],
-        ["<answer>Kessa</answer>"],                  # main episode, t=1
-    ])
+    engine = ScriptedPolicy(
+        tok,
+        [
+            # the main episode at t=0 and the sibling it starts there, generated together
+            ["<search>Orbel Mills founder</search>", "<refuse></refuse>"],
+            ["<answer>Kessa</answer>"],  # main episode, t=1
+        ],
+    )
     trajectories = env.rollout([EX], engine, group_size=2, params=PARAMS)
     assert len(engine.prompts[0]) == 2 and engine.prompts[0][0] == engine.prompts[0][1]  # one state
     assert [t.meta["state"] for t in trajectories] == ["0:0", "0:0"]

@@ -33,15 +33,32 @@ def log_run(save_dir: Path, steps: int = 4, validation: bool = True) -> Path:
 
     logger = CSVLogger(save_dir=str(save_dir), name="run")
     for step in range(steps):
-        logger.log_metrics({
-            "reward/total": 0.1 * step, "reward/format": 0.2 * step, "reward/accuracy": 0.05 * step,
-            "train/loss": 1.0 - 0.1 * step, "train/kl": math.nan if step == 1 else 0.01 * step,
-            "kl/global_mean": 0.01 * step, "rollout/completion_length": 40.0 + step,
-            "time/rollout_s": 2.0, "time/update_s": 1.5, "epoch": 0.0,
-        }, step=step)
+        logger.log_metrics(
+            {
+                "reward/total": 0.1 * step,
+                "reward/format": 0.2 * step,
+                "reward/accuracy": 0.05 * step,
+                "train/loss": 1.0 - 0.1 * step,
+                "train/kl": math.nan if step == 1 else 0.01 * step,
+                "kl/global_mean": 0.01 * step,
+                "rollout/completion_length": 40.0 + step,
+                "time/rollout_s": 2.0,
+                "time/update_s": 1.5,
+                "epoch": 0.0,
+            },
+            step=step,
+        )
     if validation:
-        logger.log_metrics({"val/em": 0.25, "val/f1": 0.4, "val/reward/total": 0.3,
-                            "val/completion_length": 30.0, "epoch": 0.0}, step=steps - 1)
+        logger.log_metrics(
+            {
+                "val/em": 0.25,
+                "val/f1": 0.4,
+                "val/reward/total": 0.3,
+                "val/completion_length": 30.0,
+                "epoch": 0.0,
+            },
+            step=steps - 1,
+        )
     logger.save()
     logger.finalize("success")
     return Path(logger.log_dir)
@@ -52,20 +69,42 @@ def rollout_rows() -> list[dict]:
     with segments (an inserted document holding HTML) and a row in the old format (no
     segments, an <information> block in the text)."""
     return [
-        {"step": 1, "example_id": "q1", "group": 0, "completion": "<script>alert(1)</script> Kessa",
-         "answers": ["Kessa"], "truncated": True, "reward": 0.75,
-         "components": {"format": 0.5, "accuracy": 0.25}},
-        {"step": 2, "example_id": "q2", "group": 1,
-         "completion": "<search>Orbel Mills</search>" + DOC + "<answer>Mira</answer>",
-         "answers": ["Mira Tolvan"], "truncated": False, "reward": 1.0,
-         "components": {"format": 1.0, "accuracy": 0.0},
-         "steps": [{"action": "search", "query": "Orbel Mills", "passage_ids": ["p1"]}],
-         "segments": [{"text": "<search>Orbel Mills</search>", "inserted": False},
-                      {"text": DOC, "inserted": True},
-                      {"text": "<answer>Mira</answer>", "inserted": False}]},
-        {"step": 2, "example_id": "q3", "group": 2,
-         "completion": "<search>x</search><information>old doc</information><answer>y</answer>",
-         "answers": ["y"], "truncated": False, "reward": 0.0, "components": {"format": 0.0}},
+        {
+            "step": 1,
+            "example_id": "q1",
+            "group": 0,
+            "completion": "<script>alert(1)</script> Kessa",
+            "answers": ["Kessa"],
+            "truncated": True,
+            "reward": 0.75,
+            "components": {"format": 0.5, "accuracy": 0.25},
+        },
+        {
+            "step": 2,
+            "example_id": "q2",
+            "group": 1,
+            "completion": "<search>Orbel Mills</search>" + DOC + "<answer>Mira</answer>",
+            "answers": ["Mira Tolvan"],
+            "truncated": False,
+            "reward": 1.0,
+            "components": {"format": 1.0, "accuracy": 0.0},
+            "steps": [{"action": "search", "query": "Orbel Mills", "passage_ids": ["p1"]}],
+            "segments": [
+                {"text": "<search>Orbel Mills</search>", "inserted": False},
+                {"text": DOC, "inserted": True},
+                {"text": "<answer>Mira</answer>", "inserted": False},
+            ],
+        },
+        {
+            "step": 2,
+            "example_id": "q3",
+            "group": 2,
+            "completion": "<search>x</search><information>old doc</information><answer>y</answer>",
+            "answers": ["y"],
+            "truncated": False,
+            "reward": 0.0,
+            "components": {"format": 0.0},
+        },
     ]
 
 
@@ -95,7 +134,12 @@ def test_each_metric_in_one_group(run: Path) -> None:
     assert sorted(groups["loss"]) == ["train/loss"]
     assert sorted(groups["lengths"]) == ["rollout/completion_length"]  # not val/completion_length
     assert sorted(groups["timing"]) == ["time/rollout_s", "time/update_s"]
-    assert sorted(groups["validation"]) == ["val/completion_length", "val/em", "val/f1", "val/reward/total"]
+    assert sorted(groups["validation"]) == [
+        "val/completion_length",
+        "val/em",
+        "val/f1",
+        "val/reward/total",
+    ]
 
 
 def test_report_writes_valid_pngs_and_page(run: Path) -> None:
@@ -108,7 +152,11 @@ def test_report_writes_valid_pngs_and_page(run: Path) -> None:
     page = index.read_text(encoding="utf-8")
     for name in PLOTS:
         assert f'<img src="{name}"' in page
-    assert page.count('<section id="step-') == 2 and '<h3>step 1</h3>' in page and '<h3>step 2</h3>' in page
+    assert (
+        page.count('<section id="step-') == 2
+        and "<h3>step 1</h3>" in page
+        and "<h3>step 2</h3>" in page
+    )
     for example in ("q1", "q2", "q3"):
         assert f"<td>{example}</td>" in page
 
@@ -122,14 +170,21 @@ def test_page_escapes_model_output(run: Path) -> None:
 def test_page_marks_inserted_documents_and_shows_components(run: Path) -> None:
     page = write_report(run).read_text(encoding="utf-8")
     doc = DOC.replace("<", "&lt;").replace(">", "&gt;")
-    assert f'&lt;search&gt;Orbel Mills&lt;/search&gt;<span class="inserted">{doc}</span>&lt;answer&gt;' in page
+    assert (
+        f'&lt;search&gt;Orbel Mills&lt;/search&gt;<span class="inserted">{doc}</span>&lt;answer&gt;'
+        in page
+    )
     # the old format: the <information> block of the text is marked the same way
     assert '<span class="inserted">&lt;information&gt;old doc&lt;/information&gt;</span>' in page
     # q1's reward and components side by side, its truncated flag and answers
-    assert ("<tr><th>example</th><th>group</th><th>reward</th><th>format</th><th>accuracy</th>"
-            "<th>truncated</th></tr>") in page
-    assert ('<tr><td>q1</td><td>0</td><td>0.75</td><td>0.5</td><td>0.25</td>'
-            '<td><span class="truncated">yes</span></td></tr>') in page
+    assert (
+        "<tr><th>example</th><th>group</th><th>reward</th><th>format</th><th>accuracy</th>"
+        "<th>truncated</th></tr>"
+    ) in page
+    assert (
+        "<tr><td>q1</td><td>0</td><td>0.75</td><td>0.5</td><td>0.25</td>"
+        '<td><span class="truncated">yes</span></td></tr>'
+    ) in page
     assert "<b>answers:</b> Mira Tolvan" in page and "search: Orbel Mills" in page
 
 
@@ -183,12 +238,16 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
     (tmp_path / "file.txt").write_text("x")
     assert "is not a folder" in one_line_error(["report", str(tmp_path / "file.txt")], capsys)
     assert "usage: lit-rag report RUN_DIR" in one_line_error(["report"], capsys)
-    assert "--rollout-steps" in one_line_error(["report", str(empty), "--rollout-steps", "x"], capsys)
+    assert "--rollout-steps" in one_line_error(
+        ["report", str(empty), "--rollout-steps", "x"], capsys
+    )
     (empty / "version_0" / "metrics.csv").write_bytes(b"step,reward/total\n0,\xff\n")
     assert "is not UTF-8 text" in one_line_error(["report", str(empty)], capsys)
 
 
-def test_tensorboard_files_without_tensorboard_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_tensorboard_files_without_tensorboard_is_one_line(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     (tmp_path / "events.out.tfevents.1.host.0").write_bytes(b"")
     monkeypatch.setitem(sys.modules, "tensorboard.backend.event_processing.event_accumulator", None)
     line = one_line_error(["report", str(tmp_path)], capsys)
@@ -198,22 +257,44 @@ def test_tensorboard_files_without_tensorboard_is_one_line(tmp_path: Path, capsy
 # ---- RolloutSampleLogger segments --------------------------------------------------------------
 def test_sample_logger_writes_segments_for_inserted_tokens(tmp_path: Path) -> None:
     tok = build_tiny_tokenizer()
-    pieces = [("<search>Who founded the company?</search>", 1),
-              ("\n\n<information>Doc 1(Title: Orbel Mills) founded by Mira</information>\n\n", 0),
-              ("<answer>Mira</answer>", 1)]
+    pieces = [
+        ("<search>Who founded the company?</search>", 1),
+        ("\n\n<information>Doc 1(Title: Orbel Mills) founded by Mira</information>\n\n", 0),
+        ("<answer>Mira</answer>", 1),
+    ]
     ids = [tok(text, add_special_tokens=False)["input_ids"] for text, _ in pieces]
     completion = torch.tensor([i for part in ids for i in part])
     mask = torch.tensor([m for part, (_, m) in zip(ids, pieces) for _ in part])
     example = Example(id="q", question="?", answers=["Mira"])
-    multi = Trajectory(example, 0, torch.tensor([1]), completion, mask, torch.zeros(len(completion)),
-                       text=tok.decode(completion))
-    single = Trajectory(example, 0, torch.tensor([1]), completion, torch.ones(len(completion)),
-                        torch.zeros(len(completion)), text=tok.decode(completion))
+    multi = Trajectory(
+        example,
+        0,
+        torch.tensor([1]),
+        completion,
+        mask,
+        torch.zeros(len(completion)),
+        text=tok.decode(completion),
+    )
+    single = Trajectory(
+        example,
+        0,
+        torch.tensor([1]),
+        completion,
+        torch.ones(len(completion)),
+        torch.zeros(len(completion)),
+        text=tok.decode(completion),
+    )
     rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0]))
-    trainer = SimpleNamespace(is_global_zero=True, global_step=3, log_dir=str(tmp_path),
-                              default_root_dir=str(tmp_path))
-    RolloutSampleLogger().on_train_batch_end(trainer, SimpleNamespace(tokenizer=tok),
-                                             StepOutput([multi, single], rewards).as_outputs(), None, 0)
+    trainer = SimpleNamespace(
+        is_global_zero=True, global_step=3, log_dir=str(tmp_path), default_root_dir=str(tmp_path)
+    )
+    RolloutSampleLogger().on_train_batch_end(
+        trainer,
+        SimpleNamespace(tokenizer=tok),
+        StepOutput([multi, single], rewards).as_outputs(),
+        None,
+        0,
+    )
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     segments = rows[0]["segments"]
     assert [s["inserted"] for s in segments] == [False, True, False]

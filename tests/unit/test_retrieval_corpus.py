@@ -32,11 +32,14 @@ def _jsonl(path: Path, rows: list[object]) -> Path:
 
 
 def test_flashrag_contents_split_at_first_newline(tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "c.jsonl", [
-        {"id": 0, "contents": '"Paris"\nParis is the capital.\nSecond line.'},
-        {"id": "b", "contents": "Kyoto (京都)\nCity in Japan."},  # unquoted title, unicode
-        {"id": "c", "contents": "no newline at all"},
-    ])
+    path = _jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {"id": 0, "contents": '"Paris"\nParis is the capital.\nSecond line.'},
+            {"id": "b", "contents": "Kyoto (京都)\nCity in Japan."},  # unquoted title, unicode
+            {"id": "c", "contents": "no newline at all"},
+        ],
+    )
     passages = read_corpus(path)
     assert passages == [
         Passage("0", "Paris", "Paris is the capital.\nSecond line."),
@@ -59,8 +62,11 @@ def test_litrag_write_read_round_trip(tmp_path: Path) -> None:
         ([{"id": "a", "contents": "x"}, {"contents": "y"}], "flashrag", ":2: missing field 'id'"),
         ([{"id": "a", "title": "t"}], "litrag", ":1: missing field 'text'"),
         ([{"id": "a", "text": ["x"]}], "litrag", ":1: field 'text' must be a string, got list"),
-        ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], "litrag",
-         ":2: duplicate passage id 'a'"),
+        (
+            [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}],
+            "litrag",
+            ":2: duplicate passage id 'a'",
+        ),
     ],
 )
 def test_bad_rows_name_file_line_and_field(
@@ -91,15 +97,27 @@ def test_qa_file_without_paragraphs_is_not_a_corpus(tmp_path: Path) -> None:
 def test_hotpotqa_pooled_dedup_by_title_first_text_wins(tmp_path: Path) -> None:
     # Two examples share the title "B": the corpus keeps the first text ("b one").
     rows = [
-        {"_id": "1", "question": "q1", "answer": "a", "supporting_facts": [["A", 0]],
-         "context": [["A", ["a one."]], ["B", ["b one."]]]},
-        {"_id": "2", "question": "q2", "answer": "a", "supporting_facts": [["B", 0]],
-         "context": [["B", ["b two."]], ["C", ["c one."]]]},
+        {
+            "_id": "1",
+            "question": "q1",
+            "answer": "a",
+            "supporting_facts": [["A", 0]],
+            "context": [["A", ["a one."]], ["B", ["b one."]]],
+        },
+        {
+            "_id": "2",
+            "question": "q2",
+            "answer": "a",
+            "supporting_facts": [["B", 0]],
+            "context": [["B", ["b two."]], ["C", ["c one."]]],
+        },
     ]
     path = _jsonl(tmp_path / "hotpot.jsonl", rows)
     assert detect_corpus_format(path) == "hotpotqa"
     assert read_corpus(path) == [
-        Passage("A", "A", "a one."), Passage("B", "B", "b one."), Passage("C", "C", "c one."),
+        Passage("A", "A", "a one."),
+        Passage("B", "B", "b one."),
+        Passage("C", "C", "c one."),
     ]
 
 
@@ -132,7 +150,9 @@ def test_pooled_gold_ids_maps_repeated_title_suffix() -> None:
     from lit_rag.types import Example
 
     example = Example(
-        id="e", question="q", answers=["a"],
+        id="e",
+        question="q",
+        answers=["a"],
         references=[Passage("X", "X", "first"), Passage("X (2)", "X", "second")],
         gold_ids=["X (2)"],
     )
@@ -170,8 +190,13 @@ def test_fingerprint_is_stable_and_sensitive() -> None:
 
 
 def _manifest() -> Manifest:
-    return Manifest(retriever="dense", encoder="e5-small", corpus_fingerprint="f" * 64,
-                    passage_count=3, settings={"normalize": True})
+    return Manifest(
+        retriever="dense",
+        encoder="e5-small",
+        corpus_fingerprint="f" * 64,
+        passage_count=3,
+        settings={"normalize": True},
+    )
 
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
@@ -192,8 +217,10 @@ def test_manifest_missing_dir_or_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("expected", "message"),
     [
-        ({"encoder": "bge-base"},
-         "has encoder='e5-small' but the recipe expects encoder='bge-base'"),
+        (
+            {"encoder": "bge-base"},
+            "has encoder='e5-small' but the recipe expects encoder='bge-base'",
+        ),
         ({"corpus_fingerprint": "0" * 64}, "has corpus_fingerprint='ffff"),
         ({"retriever": "bm25"}, "has retriever='dense' but the recipe expects retriever='bm25'"),
         ({"normalize": False}, "has normalize=True but the recipe expects normalize=False"),

@@ -17,8 +17,8 @@ from lit_rag.plugins.environments.retrieval_tree import (
     select_branches,
     tree_state,
 )
-from lit_rag.plugins.rewards.r2ag import R2AGReward, top_t_ap
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.r2ag import R2AGReward, top_t_ap
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage, Step, Trajectory
 
@@ -356,7 +356,11 @@ class ThinkingModel(ScriptedPolicy):
             elif prompt.endswith("</think>\n\n"):
                 texts.append("<answer>Kessa</answer>")
             else:
-                texts.append("<think>" + "let me read the documents again " * 50 + "</think><answer>Kessa</answer>")
+                texts.append(
+                    "<think>"
+                    + "let me read the documents again " * 50
+                    + "</think><answer>Kessa</answer>"
+                )
         self.calls = [texts]
         return super().generate(prompts, params)
 

@@ -10,7 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from lit_rag.modules.loading import ModelConfig, TinyConfig
-from lit_rag.modules.reward_model import PairDataModule, RewardModelModule, pairwise_loss, read_pairs, write_pairs
+from lit_rag.modules.reward_model import (
+    PairDataModule,
+    RewardModelModule,
+    pairwise_loss,
+    read_pairs,
+    write_pairs,
+)
 
 TINY = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
 
@@ -19,7 +25,9 @@ def test_pairwise_loss_is_the_formula():
     chosen = torch.tensor([[1.0, 0.0, 2.0]])
     rejected = torch.tensor([[0.0, 1.0, 2.0]])
     # -(1/3) [log s(1) + log s(-1) + log s(0)]
-    expected = -(math.log(1 / (1 + math.exp(-1))) + math.log(1 / (1 + math.exp(1))) + math.log(0.5)) / 3
+    expected = (
+        -(math.log(1 / (1 + math.exp(-1))) + math.log(1 / (1 + math.exp(1))) + math.log(0.5)) / 3
+    )
     assert float(pairwise_loss(chosen, rejected)) == pytest.approx(expected)
     # signs: head 2 says x+ is worse on its component, head 3 is skipped
     signs = torch.tensor([[1.0, -1.0, 0.0]])
@@ -46,16 +54,27 @@ def test_pair_files_round_trip_and_bad_rows(tmp_path):
 def test_fit_learns_a_planted_preference(tmp_path, single_head):
     torch.manual_seed(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+
     def pair(w: str) -> dict:
-        return {"chosen": f"search {w} found gold evidence", "rejected": f"search {w} refuse nothing"}
+        return {
+            "chosen": f"search {w} found gold evidence",
+            "rejected": f"search {w} refuse nothing",
+        }
 
     pairs = [pair(w) for w in words[:4] * 4]  # trains on four words
     held_out = [pair(w) for w in words[4:]]  # validates on two it never saw
     train = write_pairs(pairs, tmp_path / "train.jsonl")
     val = write_pairs(held_out, tmp_path / "val.jsonl")
     module = RewardModelModule(encoder=TINY, single_head=single_head, lr=5e-2)
-    trainer = L.Trainer(max_epochs=15, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0)
+    trainer = L.Trainer(
+        max_epochs=15,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=PairDataModule(str(train), str(val), batch_size=8))
     assert module.heads.out_features == (1 if single_head else 7)
     metrics = trainer.callback_metrics

@@ -236,7 +236,9 @@ def test_format_check_release_and_parts(text: str, release: float, parts: float)
 
 
 def test_unknown_format_check_is_rejected() -> None:
-    with pytest.raises(ValueError, match="arena format_check 'regex' is not known; allowed: release, parts"):
+    with pytest.raises(
+        ValueError, match="arena format_check 'regex' is not known; allowed: release, parts"
+    ):
         ArenaReward(format_check="regex")
 
 
@@ -350,6 +352,7 @@ def test_never_raise_on_seeded_random_text() -> None:
 def test_never_raise_hypothesis() -> None:
     require_package("hypothesis", "pip install hypothesis")
     import hypothesis
+
     st = hypothesis.strategies
     texts = st.text() | st.lists(st.sampled_from(ALPHABET)).map("".join)
 
@@ -364,6 +367,7 @@ def test_never_raise_hypothesis() -> None:
 def test_round_trip_hypothesis() -> None:
     require_package("hypothesis", "pip install hypothesis")
     import hypothesis
+
     st = hypothesis.strategies
     body = st.text(alphabet=st.characters(blacklist_characters="<"))
     numbers = st.lists(st.integers(min_value=1, max_value=20))
@@ -395,4 +399,6 @@ def test_round_trip_seeded() -> None:
         assert p.well_formed and p.relevance == ids
         assert (p.analysis, p.answer) == (analysis.strip(), answer.strip())
         # the earlier reading also takes whitespace before the first part; the release does not
-        assert parse_arena(" " + text, "parts").well_formed and not parse_arena(" " + text).well_formed
+        assert (
+            parse_arena(" " + text, "parts").well_formed and not parse_arena(" " + text).well_formed
+        )

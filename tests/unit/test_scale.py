@@ -14,8 +14,8 @@ from lit_rag.data.datamodule import QADataModule
 from lit_rag.errors import InputError
 from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model
 from lit_rag.plugins.algorithms.dpo import DPO
-from lit_rag.rollout.base import Placement
 from lit_rag.plugins.engines.vllm_ranks import check_tensor_parallel, group_seed
+from lit_rag.rollout.base import Placement
 from lit_rag.rollout.weights import checkpoint_weights
 
 TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2)

@@ -12,8 +12,8 @@ from lit_rag.plugins.environments.search_agent import (
     SearchAgentEnvironment,
     final_answer,
 )
-from lit_rag.plugins.rewards.search import EvalRarReward
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.search import EvalRarReward
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.types import Example, Passage
 
@@ -274,9 +274,7 @@ def test_gradient_is_exactly_zero_at_inserted_tokens(tiny_policy, retriever):
     assert torch.all(grad[mask == 0] == 0)
     assert torch.isfinite(logits.grad).all()
     assert torch.all(grad[mask == 1] > 0)
-    assert collate(trajectories).completion_mask.sum() == sum(
-        t.num_generated for t in trajectories
-    )
+    assert collate(trajectories).completion_mask.sum() == sum(t.num_generated for t in trajectories)
 
 
 def test_default_prompt_follows_the_method(tiny_policy, retriever):

@@ -29,12 +29,19 @@ def test_same_seed_same_world_and_examples(world: SyntheticWorld, examples: list
 
 def test_identical_in_a_fresh_interpreter() -> None:
     """No hash() or global random state: another process (other hash seed) draws the same."""
-    code = ("import random; random.seed(99);"
-            "from lit_rag.data import generate_examples;"
-            "e = generate_examples(seed=3, n=5);"
-            "print([x.question for x in e], [p.id for p in e[4].references])")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345", "PATH": ""})
+    code = (
+        "import random; random.seed(99);"
+        "from lit_rag.data import generate_examples;"
+        "e = generate_examples(seed=3, n=5);"
+        "print([x.question for x in e], [p.id for p in e[4].references])"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    )
     examples = generate_examples(seed=3, n=5)
     here = f"{[x.question for x in examples]} {[p.id for p in examples[4].references]}\n"
     assert run.stdout == here
@@ -117,15 +124,20 @@ def test_distractors_share_entities_or_relations(world: SyntheticWorld, examples
         gold = [facts[g] for g in ex.gold_ids]
         entities = {e for f in gold for e in (f.subject, f.object)}
         relations = {f.relation for f in gold}
-        hard = [f for p in ex.references if p.id not in ex.gold_ids
-                for f in [facts[p.id]]
-                if f.subject in entities or f.object in entities or f.relation in relations]
+        hard = [
+            f
+            for p in ex.references
+            if p.id not in ex.gold_ids
+            for f in [facts[p.id]]
+            if f.subject in entities or f.object in entities or f.relation in relations
+        ]
         assert len(hard) >= 3
 
 
 def test_generate_examples_matches_world() -> None:
     assert generate_examples(seed=2, n=4, hops=(3,), num_distractors=1) == SyntheticWorld(
-        seed=2).examples(4, hops=(3,), num_distractors=1, seed=2)
+        seed=2
+    ).examples(4, hops=(3,), num_distractors=1, seed=2)
 
 
 @pytest.mark.parametrize("hops", [(), (5,), (0, 2)])

@@ -23,14 +23,20 @@ import pytest
 import torch
 
 from lit_rag import registry
-from lit_rag.modules.loading import LoraSettings, ModelConfig, TinyConfig, load_model, load_tokenizer
-from lit_rag.rollout.base import SamplingParams
+from lit_rag.modules.loading import (
+    LoraSettings,
+    ModelConfig,
+    TinyConfig,
+    load_model,
+    load_tokenizer,
+)
 from lit_rag.plugins.engines.vllm import (
     INSTALL_HINT,
     VLLMEngine,
     to_generation,
     to_vllm_sampling,
 )
+from lit_rag.rollout.base import SamplingParams
 from lit_rag.rollout.weights import checkpoint_name
 
 TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2)
@@ -102,7 +108,9 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
             fake.events.append("load_weights")
             fake.loaded.append([(name, t.detach().clone()) for name, t in weights])
 
-    worker = SimpleNamespace(model_runner=SimpleNamespace(model=VLLMModel(), model_config=None), device="cuda")
+    worker = SimpleNamespace(
+        model_runner=SimpleNamespace(model=VLLMModel(), model_config=None), device="cuda"
+    )
 
     class LLMEngine:  # vllm.v1.engine.llm_engine.LLMEngine: add_request / step
         def __init__(self):
@@ -111,7 +119,9 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
 
         def add_request(self, request_id, prompt, params, lora_request=None):
             self.pending.append((request_id, prompt, params))
-            fake.generate_calls.append(dict(prompt=prompt, sampling=params.kwargs, lora_request=lora_request))
+            fake.generate_calls.append(
+                dict(prompt=prompt, sampling=params.kwargs, lora_request=lora_request)
+            )
 
         def has_unfinished_requests(self) -> bool:
             return bool(self.pending)
@@ -120,8 +130,10 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
             fake.events.append("generate")
             out = []
             for i, (request_id, prompt, params) in enumerate(self.pending):
-                done = [fake.script.pop(0) if fake.script else completion([40 + i, 41])
-                        for _ in range(params.kwargs["n"])]
+                done = [
+                    fake.script.pop(0) if fake.script else completion([40 + i, 41])
+                    for _ in range(params.kwargs["n"])
+                ]
                 for index, c in enumerate(done):
                     c.index = index
                 out.append(RequestOutput(request_id, None, prompt["prompt_token_ids"], None, done))
@@ -141,7 +153,9 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
             if method != "reload_weights" or not reload:
                 raise AttributeError(f"'Worker' object has no attribute '{method}'")
             fake.events.append("reload_weights")
-            fake.loaded.append([(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]])
+            fake.loaded.append(
+                [(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]]
+            )
             return [None]
 
         def sleep(self, level: int = 1):
@@ -152,24 +166,39 @@ def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = Tru
             return True
 
     if wake_up_tags:  # vLLM >= 0.8.5
+
         def wake_up(self, tags: list[str] | None = None):
             fake.events.append(f"wake_up(tags={tags})" if tags else "wake_up()")
     else:  # older vLLM: everything at once
+
         def wake_up(self):
             fake.events.append("wake_up()")
+
     LLM.wake_up = wake_up
 
     def process_weights_after_loading(model, model_config, device):
         fake.events.append("process_weights_after_loading")
 
-    modules = {name: types.ModuleType(name) for name in (
-        "vllm", "vllm.lora", "vllm.lora.request", "vllm.platforms", "vllm.sampling_params", "vllm.model_executor",
-        "vllm.model_executor.model_loader", "vllm.model_executor.model_loader.utils")}
+    modules = {
+        name: types.ModuleType(name)
+        for name in (
+            "vllm",
+            "vllm.lora",
+            "vllm.lora.request",
+            "vllm.platforms",
+            "vllm.sampling_params",
+            "vllm.model_executor",
+            "vllm.model_executor.model_loader",
+            "vllm.model_executor.model_loader.utils",
+        )
+    }
     modules["vllm"].LLM, modules["vllm"].SamplingParams = LLM, SamplingParamsFake
     modules["vllm.lora.request"].LoRARequest = LoRARequestFake
     modules["vllm.sampling_params"].RequestOutputKind = SimpleNamespace(FINAL_ONLY="final_only")
     modules["vllm.platforms"].current_platform = SimpleNamespace(is_cpu=lambda: False)  # "CUDA"
-    modules["vllm.model_executor.model_loader.utils"].process_weights_after_loading = process_weights_after_loading
+    modules[
+        "vllm.model_executor.model_loader.utils"
+    ].process_weights_after_loading = process_weights_after_loading
     for name, mod in modules.items():
         monkeypatch.setitem(sys.modules, name, mod)
     for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
@@ -196,14 +225,29 @@ def bound(model, tok, **kwargs) -> VLLMEngine:
 
 # ---- sampling parameters -------------------------------------------------------------------
 def test_sampling_translation_greedy_top_k_stop_and_budget() -> None:
-    greedy = SamplingParams(max_new_tokens=7, temperature=0.0, top_p=0.9, top_k=50, stop=["</answer>"])
+    greedy = SamplingParams(
+        max_new_tokens=7, temperature=0.0, top_p=0.9, top_k=50, stop=["</answer>"]
+    )
     assert to_vllm_sampling(greedy) == {
-        "n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": 7,
-        "stop": ["</answer>"], "include_stop_str_in_output": True, "logprobs": 0,
-        "detokenize": True, "skip_special_tokens": True,
+        "n": 1,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_tokens": 7,
+        "stop": ["</answer>"],
+        "include_stop_str_in_output": True,
+        "logprobs": 0,
+        "detokenize": True,
+        "skip_special_tokens": True,
     }
-    sampled = to_vllm_sampling(SamplingParams(max_new_tokens=64, temperature=0.9, top_p=0.95, top_k=0))
-    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (0.9, 0.95, -1)  # 0 -> -1
+    sampled = to_vllm_sampling(
+        SamplingParams(max_new_tokens=64, temperature=0.9, top_p=0.95, top_k=0)
+    )
+    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
+        0.9,
+        0.95,
+        -1,
+    )  # 0 -> -1
     assert sampled["max_tokens"] == 64 and sampled["stop"] == [] and sampled["n"] == 1
     assert sampled["detokenize"] is False  # no stop strings: the engine decodes ids itself
     assert to_vllm_sampling(SamplingParams(temperature=1.0, top_k=20))["top_k"] == 20
@@ -214,7 +258,11 @@ def test_logprobs_pick_the_sampled_token_and_finish_reason_sets_finished(tiny) -
     _, tok = tiny
     eos = tok.eos_token_id
     # position 1 sampled 41 at rank 2: vLLM then also lists the rank-1 token (-0.4); pick 41's
-    steps = [{40: Logprob(-0.5, 1)}, {41: Logprob(-1.2, 2), 7: Logprob(-0.4, 1)}, {eos: Logprob(-0.1, 1)}]
+    steps = [
+        {40: Logprob(-0.5, 1)},
+        {41: Logprob(-1.2, 2), 7: Logprob(-0.4, 1)},
+        {eos: Logprob(-0.1, 1)},
+    ]
     stopped = to_generation(CompletionOutput(0, "ignored", [40, 41, eos], -1.8, steps, "stop"), tok)
     assert stopped.token_ids.tolist() == [40, 41, eos]  # EOS kept
     assert torch.allclose(stopped.logprobs, torch.tensor([-0.5, -1.2, -0.1]))
@@ -249,8 +297,14 @@ def test_a_vllm_without_reload_weights_loads_then_processes(monkeypatch, tiny) -
     model, tok = tiny
     engine = bound(model, tok, sleep_mode=False)
     engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))
-    assert fake.events == ["LLM", "collective_rpc(function)", "load_weights",
-                           "process_weights_after_loading", "reset_prefix_cache", "generate"]
+    assert fake.events == [
+        "LLM",
+        "collective_rpc(function)",
+        "load_weights",
+        "process_weights_after_loading",
+        "reset_prefix_cache",
+        "generate",
+    ]
     assert [name for name, _ in fake.loaded[0]] == list(model.state_dict())
 
 
@@ -265,8 +319,15 @@ def test_weight_names_peft_rules() -> None:
         "base_model.model.model.norm.weight",
     ]
     got = [checkpoint_name(n, is_peft=True) for n in names]
-    assert got == ["model.layers.0.mlp.up_proj.weight", None, None, None, None, "lm_head.weight",
-                   "model.norm.weight"]
+    assert got == [
+        "model.layers.0.mlp.up_proj.weight",
+        None,
+        None,
+        None,
+        None,
+        "lm_head.weight",
+        "model.norm.weight",
+    ]
     assert checkpoint_name("lm_head.weight", is_peft=False) == "lm_head.weight"
     # FSDP and activation-checkpointing wrappers name no checkpoint tensor
     wrapped = "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module._checkpoint_wrapped_module.mlp.up_proj.weight"
@@ -281,15 +342,31 @@ AGAIN = ["wake_up()", "generate", "sleep(level=1)"]  # e.g. validation: no weigh
 @pytest.mark.parametrize(
     ("sleep_mode", "tags", "after_sync"),
     [
-        (True, True, ["wake_up(tags=['weights'])", "reload_weights", "wake_up(tags=['kv_cache'])",
-                      "reset_prefix_cache", "generate", "sleep(level=1)"]),
-        (True, False, ["wake_up()", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=1)"]),
+        (
+            True,
+            True,
+            [
+                "wake_up(tags=['weights'])",
+                "reload_weights",
+                "wake_up(tags=['kv_cache'])",
+                "reset_prefix_cache",
+                "generate",
+                "sleep(level=1)",
+            ],
+        ),
+        (
+            True,
+            False,
+            ["wake_up()", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=1)"],
+        ),
         # awake, the push happens in sync_weights itself, right after the optimizer step
         (False, True, ["reload_weights", "reset_prefix_cache", "generate"]),
     ],
     ids=["sleep-wake-by-tags", "sleep-old-wake-up", "no-sleep"],
 )
-def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags, after_sync) -> None:
+def test_order_across_generate_sync_generate(
+    monkeypatch, tiny, sleep_mode, tags, after_sync
+) -> None:
     fake = install_fake_vllm(monkeypatch, wake_up_tags=tags)
     model, tok = tiny
     engine = bound(model, tok, sleep_mode=sleep_mode)
@@ -303,7 +380,9 @@ def test_order_across_generate_sync_generate(monkeypatch, tiny, sleep_mode, tags
     if sleep_mode:
         assert fake.events == FIRST + AGAIN + after_sync
     else:
-        assert fake.events == [e for e in FIRST + AGAIN + after_sync if "sleep" not in e and "wake" not in e]
+        assert fake.events == [
+            e for e in FIRST + AGAIN + after_sync if "sleep" not in e and "wake" not in e
+        ]
 
 
 def test_sleep_level_2_pushes_the_weights_at_every_wake(monkeypatch, tiny) -> None:
@@ -316,9 +395,18 @@ def test_sleep_level_2_pushes_the_weights_at_every_wake(monkeypatch, tiny) -> No
     for _ in range(2):  # a rollout, then validation with the same weights
         engine.generate([[1]], params)
         engine.idle()
-    wake = ["wake_up(tags=['weights'])", "reload_weights", "wake_up(tags=['kv_cache'])", "reset_prefix_cache",
-            "generate", "sleep(level=2)"]
-    assert fake.events == ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=2)"] + wake
+    wake = [
+        "wake_up(tags=['weights'])",
+        "reload_weights",
+        "wake_up(tags=['kv_cache'])",
+        "reset_prefix_cache",
+        "generate",
+        "sleep(level=2)",
+    ]
+    assert (
+        fake.events
+        == ["LLM", "reload_weights", "reset_prefix_cache", "generate", "sleep(level=2)"] + wake
+    )
     with pytest.raises(ValueError, match="sleep_level 2 drops the base weights"):
         VLLMEngine(sleep_level=2, lora_sync="adapter")
 
@@ -346,7 +434,9 @@ def test_missing_vllm_is_one_clear_import_error(monkeypatch, tiny) -> None:
 
 def test_config_errors_are_one_line(monkeypatch, tiny) -> None:
     model, tok = tiny
-    with pytest.raises(ValueError, match=r"^engine lora_sync 'lora' is not known; allowed: merge, adapter$"):
+    with pytest.raises(
+        ValueError, match=r"^engine lora_sync 'lora' is not known; allowed: merge, adapter$"
+    ):
         VLLMEngine(lora_sync="lora")
     with pytest.raises(ValueError, match=r"^engine lora_sync 'adapter' needs a LoRA policy"):
         VLLMEngine(lora_sync="adapter").bind(model, tok)

@@ -59,7 +59,9 @@ from lit_rag.api import (
 SELECTIONS = ("return", "reward_model")
 
 
-def preference_pairs(trajectories: list[Trajectory], returns: torch.Tensor, margin: float) -> list[tuple[int, int]]:
+def preference_pairs(
+    trajectories: list[Trajectory], returns: torch.Tensor, margin: float
+) -> list[tuple[int, int]]:
     """(chosen, rejected) indices: per state, the siblings with different actions that are
     furthest apart, when apart by ``margin``."""
     states: dict[object, list[int]] = {}
@@ -72,7 +74,9 @@ def preference_pairs(trajectories: list[Trajectory], returns: torch.Tensor, marg
         for a_pos, a in enumerate(ranked):
             for b in ranked[a_pos + 1 :]:
                 gap = float(returns[a] - returns[b])
-                if (best is None or gap > best[0]) and not trajectories[a].same_completion(trajectories[b]):
+                if (best is None or gap > best[0]) and not trajectories[a].same_completion(
+                    trajectories[b]
+                ):
                     best = (gap, a, b)
         if best is not None and best[0] >= margin:
             pairs.append((best[1], best[2]))
@@ -81,8 +85,12 @@ def preference_pairs(trajectories: list[Trajectory], returns: torch.Tensor, marg
 
 def _row(t: Trajectory) -> dict[str, torch.Tensor]:
     """What training needs of a trajectory (plain tensors: storable in a checkpoint)."""
-    return {"prompt_ids": t.prompt_ids.clone(), "completion_ids": t.completion_ids.clone(),
-            "loss_mask": t.loss_mask.clone(), "sampling_logprobs": t.sampling_logprobs.clone()}
+    return {
+        "prompt_ids": t.prompt_ids.clone(),
+        "completion_ids": t.completion_ids.clone(),
+        "loss_mask": t.loss_mask.clone(),
+        "sampling_logprobs": t.sampling_logprobs.clone(),
+    }
 
 
 class _Row(SimpleNamespace):
@@ -109,17 +117,29 @@ class DPO(Algorithm):
     #: rows of one pair stay together in a micro-batch (chosen, rejected)
     row_group = 2
 
-    def __init__(self, beta: float = 0.1, margin: float = 0.2, reference_free: bool = False,
-                 selection: str = "return", max_pairs: int | None = None, collect_steps: int = 1,
-                 epochs: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        beta: float = 0.1,
+        margin: float = 0.2,
+        reference_free: bool = False,
+        selection: str = "return",
+        max_pairs: int | None = None,
+        collect_steps: int = 1,
+        epochs: int = 1,
+        seed: int = 0,
+    ) -> None:
         if beta <= 0:
             raise ValueError(f"dpo beta must be > 0, got {beta}")
         if selection not in SELECTIONS:
-            raise ValueError(f"dpo selection '{selection}' is not known; allowed: {', '.join(SELECTIONS)}")
+            raise ValueError(
+                f"dpo selection '{selection}' is not known; allowed: {', '.join(SELECTIONS)}"
+            )
         if max_pairs is not None and max_pairs < 1:
             raise ValueError(f"dpo max_pairs must be >= 1 or null, got {max_pairs}")
         if collect_steps < 1 or epochs < 1:
-            raise ValueError(f"dpo collect_steps and epochs must be >= 1, got {collect_steps}, {epochs}")
+            raise ValueError(
+                f"dpo collect_steps and epochs must be >= 1, got {collect_steps}, {epochs}"
+            )
         self.beta, self.margin, self.reference_free = beta, margin, reference_free
         self.selection, self.max_pairs = selection, max_pairs
         self.collect_steps, self.epochs, self.seed = collect_steps, epochs, seed
@@ -142,17 +162,23 @@ class DPO(Algorithm):
     def wants_scorer(self) -> bool:  # type: ignore[override]
         return self.selection == "reward_model"
 
-    def select(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> tuple[list[tuple[int, int]], dict]:
+    def select(
+        self, trajectories: list[Trajectory], rewards: RewardBreakdown
+    ) -> tuple[list[tuple[int, int]], dict]:
         """This step's pairs and their metrics (the largest gaps first when capped online)."""
         total = rewards.total.float()
         returns = total.sum(-1) if total.dim() == 2 else total
         metrics: dict[str, torch.Tensor] = {}
-        by_model = self.selection == "reward_model" and self.scorer is not None and len(trajectories) > 0
+        by_model = (
+            self.selection == "reward_model" and self.scorer is not None and len(trajectories) > 0
+        )
         if by_model:
             scores = self.scorer(trajectories).float().cpu()
             pairs = preference_pairs(trajectories, scores, self.margin)
             if pairs:  # how often the reward model's choice is also the better return
-                metrics["rm_agreement"] = torch.tensor([float(returns[c] > returns[r]) for c, r in pairs]).mean()
+                metrics["rm_agreement"] = torch.tensor(
+                    [float(returns[c] > returns[r]) for c, r in pairs]
+                ).mean()
         else:
             pairs = preference_pairs(trajectories, returns, self.margin)
         metrics["pairs"] = torch.tensor(float(len(pairs)))
@@ -161,12 +187,21 @@ class DPO(Algorithm):
             ranking = scores if by_model else returns
             pairs = sorted(pairs, key=lambda p: -float(ranking[p[0]] - ranking[p[1]]))[:cap]
         if pairs:
-            metrics["return_gap"] = torch.tensor([float(returns[c] - returns[r]) for c, r in pairs]).mean()
+            metrics["return_gap"] = torch.tensor(
+                [float(returns[c] - returns[r]) for c, r in pairs]
+            ).mean()
         return pairs, metrics
 
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> Prepared:
+    def prepare(
+        self,
+        trajectories: list[Trajectory],
+        rewards: RewardBreakdown,
+        max_groups: int | None = None,
+    ) -> Prepared:
         pairs, metrics = self.select(trajectories, rewards)
-        self.stored += [{"chosen": _row(trajectories[c]), "rejected": _row(trajectories[r])} for c, r in pairs]
+        self.stored += [
+            {"chosen": _row(trajectories[c]), "rejected": _row(trajectories[r])} for c, r in pairs
+        ]
         self.collected += 1
         if self.collected < self.collect_steps:  # Algorithm 1, lines 3-11: collect, no update yet
             metrics["pairs_stored"] = torch.tensor(float(len(self.stored)))
@@ -175,7 +210,9 @@ class DPO(Algorithm):
         metrics["pairs_used"] = torch.tensor(float(len(stored)))
         if not stored:
             return Prepared(batch=None, metrics=metrics)
-        rows = [_Row(**pair[side]) for pair in stored for side in ("chosen", "rejected")]  # c0, r0, c1, r1, ...
+        rows = [
+            _Row(**pair[side]) for pair in stored for side in ("chosen", "rejected")
+        ]  # c0, r0, c1, r1, ...
         batch = collate(rows)
         batch.mini_batches = self.mini_batches(len(stored))
         self.updates += 1
@@ -193,7 +230,9 @@ class DPO(Algorithm):
         out = []
         for order in orders:
             for chunk in order.split(per_step):
-                rows = (chunk.unsqueeze(-1) * 2 + torch.arange(2)).flatten()  # chosen, rejected together
+                rows = (
+                    chunk.unsqueeze(-1) * 2 + torch.arange(2)
+                ).flatten()  # chosen, rejected together
                 out.append((rows, 1.0 / len(chunk)))
         return out
 
@@ -213,11 +252,16 @@ class DPO(Algorithm):
             logp = logp - torch.where(keep, batch.ref_logprobs, 0.0).sum(-1)
         chosen, rejected = logp[0::2], logp[1::2]  # [P]
         margin = self.beta * (chosen - rejected)
-        loss = -F.logsigmoid(margin).sum()  # the policy module scales by 1 / pairs of the optimizer step
-        return LossOutput(loss=loss, metrics={
-            "reward_margin": margin.detach().mean(),
-            "pair_accuracy": (margin.detach() > 0).float().mean(),
-        })
+        loss = -F.logsigmoid(
+            margin
+        ).sum()  # the policy module scales by 1 / pairs of the optimizer step
+        return LossOutput(
+            loss=loss,
+            metrics={
+                "reward_margin": margin.detach().mean(),
+                "pair_accuracy": (margin.detach() > 0).float().mean(),
+            },
+        )
 
     # ---- checkpoint ------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 
 
-def _scaled(centered: torch.Tensor, group_std: torch.Tensor, batch_std: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+def _scaled(
+    centered: torch.Tensor, group_std: torch.Tensor, batch_std: torch.Tensor, scale_rewards: str
+) -> torch.Tensor:
     if scale_rewards == "group":
         return centered / (group_std + 1e-4)
     if scale_rewards == "batch":

@@ -118,7 +118,9 @@ class GRPO(Algorithm):
         if overlong not in ("keep", "mask"):
             raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
         if dynamic_sampling_rounds < 0:
-            raise ValueError(f"grpo dynamic_sampling_rounds must be >= 0, got {dynamic_sampling_rounds}")
+            raise ValueError(
+                f"grpo dynamic_sampling_rounds must be >= 0, got {dynamic_sampling_rounds}"
+            )
         if dynamic_sampling_rounds and not drop_zero_variance_groups:
             raise ValueError("grpo dynamic_sampling_rounds needs drop_zero_variance_groups: true")
         if loss_aggregation not in AGGREGATIONS:
@@ -130,11 +132,15 @@ class GRPO(Algorithm):
                 f"grpo scale_rewards '{scale_rewards}' is not known; allowed: {', '.join(SCALINGS)}"
             )
         if importance_sampling_cap is not None and importance_sampling_cap < 1:
-            raise ValueError(f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}")
+            raise ValueError(
+                f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}"
+            )
         if mu < 1 or mini_batches < 1:
             raise ValueError(f"grpo mu and mini_batches must be >= 1, got {mu}, {mini_batches}")
         if beta < 0 or epsilon < 0:
-            raise ValueError(f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}")
+            raise ValueError(
+                f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}"
+            )
         self.beta = beta
         self.kl_estimator = kl_estimator
         self.kl = kl_estimator_fn(kl_estimator)
@@ -150,7 +156,9 @@ class GRPO(Algorithm):
         self.dynamic_sampling_rounds = dynamic_sampling_rounds
         self.overlong = overlong
         self.importance_sampling_cap = importance_sampling_cap
-        self.loss_config = PolicyLossConfig(self.epsilon_low, self.epsilon_high, dict(policy_loss_args or {}))
+        self.loss_config = PolicyLossConfig(
+            self.epsilon_low, self.epsilon_high, dict(policy_loss_args or {})
+        )
 
     @property
     def steps_per_pass(self) -> int:  # type: ignore[override]
@@ -173,20 +181,31 @@ class GRPO(Algorithm):
     def kl_coef(self, value: float) -> None:
         self.beta = float(value)
 
-    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def advantages(
+        self, rewards: torch.Tensor, groups: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The estimator's advantages ``[N]`` and a ``[N]`` mask of zero-variance groups."""
         return self.advantage_fn(rewards, groups, self.scale_rewards), _flat_groups(rewards, groups)
 
-    def prepare(self, trajectories: list[Trajectory], rewards: RewardBreakdown, max_groups: int | None = None) -> Prepared:
+    def prepare(
+        self,
+        trajectories: list[Trajectory],
+        rewards: RewardBreakdown,
+        max_groups: int | None = None,
+    ) -> Prepared:
         """Advantages and token weights; with ``max_groups``, the first that many kept groups."""
         total = rewards.total.float()
         if total.dim() != 1:
-            raise ValueError("grpo needs one reward per trajectory; got shape " f"{tuple(total.shape)}")
+            raise ValueError(
+                f"grpo needs one reward per trajectory; got shape {tuple(total.shape)}"
+            )
         groups = torch.tensor([t.group for t in trajectories])
         advantages, flat = self.advantages(total, groups)
         keep = ~flat if self.drop_zero_variance_groups else torch.ones_like(flat)
         if max_groups is not None:  # dynamic sampling: exactly the batch's number of groups
-            kept_groups = list(dict.fromkeys(g for g, k in zip(groups.tolist(), keep.tolist()) if k))
+            kept_groups = list(
+                dict.fromkeys(g for g, k in zip(groups.tolist(), keep.tolist()) if k)
+            )
             allowed = set(kept_groups[:max_groups])
             keep = keep & torch.tensor([g in allowed for g in groups.tolist()])
         metrics = {
@@ -215,13 +234,19 @@ class GRPO(Algorithm):
             batch.mini_batches = self._split(groups[keep], weights)
         return Prepared(batch=batch, metrics=metrics)
 
-    def _split(self, groups: torch.Tensor, weights: torch.Tensor) -> list[tuple[torch.Tensor, float]]:
+    def _split(
+        self, groups: torch.Tensor, weights: torch.Tensor
+    ) -> list[tuple[torch.Tensor, float]]:
         """``(rows, loss scale)`` of each mini-batch: consecutive whole groups, as equal in count
         as they divide; the scale makes a part's weights those :meth:`prepare` would give it
         alone (sequence and constant aggregation: rows / part rows; token: tokens / part
         tokens), so each optimizer step sees a mean over its own part."""
         order = list(dict.fromkeys(groups.tolist()))
-        parts = [chunk for chunk in torch.tensor(order).tensor_split(min(self.mini_batches, len(order))) if len(chunk)]
+        parts = [
+            chunk
+            for chunk in torch.tensor(order).tensor_split(min(self.mini_batches, len(order)))
+            if len(chunk)
+        ]
         out = []
         for chunk in parts:
             rows = torch.nonzero(torch.isin(groups, chunk)).flatten()
@@ -246,7 +271,9 @@ class GRPO(Algorithm):
         if self.importance_sampling_cap is not None:  # TIS: min(pi_old / pi_engine, C) per token
             engine = torch.where(keep, batch.sampling_logprobs, 0.0)  # [B, C]
             weight = torch.exp(old.detach() - engine)  # [B, C]
-            metrics["is_weight_capped_fraction"] = ((weight > self.importance_sampling_cap).float() * mask).sum() / tokens
+            metrics["is_weight_capped_fraction"] = (
+                (weight > self.importance_sampling_cap).float() * mask
+            ).sum() / tokens
             weight = weight.clamp(max=self.importance_sampling_cap)
             metrics["is_weight_mean"] = (weight * mask).sum() / tokens
             per_token = per_token * weight

@@ -15,8 +15,13 @@ import torch
 from lit_rag.api import PolicyLossConfig, TokenLoss
 
 
-def ppo_clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-             mask: torch.Tensor, config: PolicyLossConfig) -> TokenLoss:
+def ppo_clip(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: PolicyLossConfig,
+) -> TokenLoss:
     """PPO's clipped surrogate per token (GRPO, DeepSeekMath Eq. 3; DAPO's asymmetric clip):
 
         ratio_t = pi(o_t) / pi_old(o_t),  L_t = -min(ratio_t A, clip(ratio_t, 1 - eps_low, 1 + eps_high) A)
@@ -34,8 +39,13 @@ def ppo_clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
     return TokenLoss(per_token=per_token, metrics={"clip_fraction": clip_fraction})
 
 
-def gspo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-         mask: torch.Tensor, config: PolicyLossConfig) -> TokenLoss:
+def gspo(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: PolicyLossConfig,
+) -> TokenLoss:
     """GSPO (Zheng et al., 2025, "Group Sequence Policy Optimization", Section 4.1-4.2): one
     importance ratio per sequence, the length-normalized sequence likelihood ratio
 
@@ -55,13 +65,18 @@ def gspo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.T
     adv = advantages.unsqueeze(-1)  # [B, 1]
     lengths = mask.sum(-1).clamp(min=1)  # [B]
     log_s = ((logprobs - old_logprobs) * mask).sum(-1) / lengths  # [B]
-    ratio = torch.exp(log_s.detach().unsqueeze(-1) + logprobs - logprobs.detach())  # [B, C], value s_i
+    ratio = torch.exp(
+        log_s.detach().unsqueeze(-1) + logprobs - logprobs.detach()
+    )  # [B, C], value s_i
     clipped = ratio.clamp(1 - config.epsilon_low, 1 + config.epsilon_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # [B, C]
     s = log_s.detach().exp()  # [B]
     was_clipped = ((s < 1 - config.epsilon_low) | (s > 1 + config.epsilon_high)).float()
     rows = (mask.sum(-1) > 0).float()  # sequences with tokens in the loss
-    return TokenLoss(per_token=per_token, metrics={
-        "clip_fraction": (was_clipped * rows).sum() / rows.sum().clamp(min=1),
-        "sequence_ratio_mean": (s * rows).sum() / rows.sum().clamp(min=1),
-    })
+    return TokenLoss(
+        per_token=per_token,
+        metrics={
+            "clip_fraction": (was_clipped * rows).sum() / rows.sum().clamp(min=1),
+            "sequence_ratio_mean": (s * rows).sum() / rows.sum().clamp(min=1),
+        },
+    )

@@ -170,18 +170,26 @@ class VLLMEngine(RolloutEngine):
         logprobs_mode: str = "processed_logprobs",
     ) -> None:
         if lora_sync not in LORA_SYNC:
-            raise ValueError(f"engine lora_sync '{lora_sync}' is not known; allowed: {', '.join(LORA_SYNC)}")
+            raise ValueError(
+                f"engine lora_sync '{lora_sync}' is not known; allowed: {', '.join(LORA_SYNC)}"
+            )
         if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(f"engine gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+            raise ValueError(
+                f"engine gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
+            )
         if kv_cache_gib is not None and kv_cache_gib <= 0:
             raise ValueError(f"engine kv_cache_gib must be > 0, got {kv_cache_gib}")
         if sleep_level not in (1, 2):
             raise ValueError(f"engine sleep_level must be 1 or 2, got {sleep_level}")
         if sleep_level == 2 and lora_sync == "adapter":
-            raise ValueError("engine sleep_level 2 drops the base weights, which lora_sync "
-                             "'adapter' never pushes; use sleep_level: 1 or lora_sync: merge")
+            raise ValueError(
+                "engine sleep_level 2 drops the base weights, which lora_sync "
+                "'adapter' never pushes; use sleep_level: 1 or lora_sync: merge"
+            )
         if tensor_parallel_size < 1:
-            raise ValueError(f"engine tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+            raise ValueError(
+                f"engine tensor_parallel_size must be >= 1, got {tensor_parallel_size}"
+            )
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(
                 f"engine logprobs_mode '{logprobs_mode}' is not supported; "
@@ -227,8 +235,9 @@ class VLLMEngine(RolloutEngine):
             raise ValueError(
                 "engine lora_sync 'merge' cannot merge into a quantized base; use lora_sync: adapter"
             )
-        vllm_ranks.check_tensor_parallel(self.tensor_parallel_size, self.placement,
-                                         getattr(model, "config", None))
+        vllm_ranks.check_tensor_parallel(
+            self.tensor_parallel_size, self.placement, getattr(model, "config", None)
+        )
         super().bind(model, tokenizer)
         self._stale = True
 
@@ -257,7 +266,9 @@ class VLLMEngine(RolloutEngine):
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         if self.model is None or self.tokenizer is None:
-            raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
+            raise RuntimeError(
+                "the vllm engine is not bound to a model; call bind(model, tokenizer)"
+            )
         tickets = [self.submit(prompt, params) for prompt in prompts]
         done: dict[int, Generation] = {}
         while len(done) < len(tickets):
@@ -335,8 +346,9 @@ class VLLMEngine(RolloutEngine):
             owner, tickets = self._in_flight.pop(out.request_id)
             if owner == self._group_rank:
                 completions = sorted(out.outputs, key=lambda c: c.index)
-                done.extend((t, to_generation(c, self.tokenizer))
-                            for t, c in zip(tickets, completions))
+                done.extend(
+                    (t, to_generation(c, self.tokenizer)) for t, c in zip(tickets, completions)
+                )
         return done
 
     def _request_seed(self) -> int:
@@ -373,7 +385,9 @@ class VLLMEngine(RolloutEngine):
             # a group's samples (same prompt and sampling) take seeds s, s + 1, ... in order
             groups: dict[tuple, list[tuple[int, list[int], SamplingParams]]] = {}
             for ticket, prompt, params in queued:
-                groups.setdefault((tuple(prompt), repr(params)), []).append((ticket, prompt, params))
+                groups.setdefault((tuple(prompt), repr(params)), []).append(
+                    (ticket, prompt, params)
+                )
             for members in groups.values():
                 seed = self._request_seed() if seeded and not members[0][2].greedy else None
                 for i, (ticket, prompt, params) in enumerate(members):
@@ -384,7 +398,9 @@ class VLLMEngine(RolloutEngine):
                     self._requests += 1
                     request_id = f"lit-rag-{self._requests}"
                     self._llm.llm_engine.add_request(
-                        request_id, {"prompt_token_ids": prompt}, vllm.SamplingParams(**kwargs),
+                        request_id,
+                        {"prompt_token_ids": prompt},
+                        vllm.SamplingParams(**kwargs),
                         lora_request=self._lora_request,
                     )
                     self._in_flight[request_id] = (owner, [ticket])
@@ -406,7 +422,9 @@ class VLLMEngine(RolloutEngine):
             # its "Loading safetensors checkpoint shards" bar: off on lit-rag's quiet console
             "use_tqdm_on_load": os.environ.get("LIT_RAG_LOAD_PROGRESS", "1") != "0",
         }
-        kv_cache_gib = self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if on_cpu() else None)
+        kv_cache_gib = (
+            self.kv_cache_gib if self.kv_cache_gib is not None else (2.0 if on_cpu() else None)
+        )
         if kv_cache_gib is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         block_size = self.block_size if self.block_size is not None else (32 if on_cpu() else None)
@@ -484,11 +502,17 @@ class VLLMEngine(RolloutEngine):
     def _prepare(self) -> None:
         """Build or wake vLLM and push stale weights: weights first, then the KV cache."""
         if self.model is None or self.tokenizer is None:
-            raise RuntimeError("the vllm engine is not bound to a model; call bind(model, tokenizer)")
+            raise RuntimeError(
+                "the vllm engine is not bound to a model; call bind(model, tokenizer)"
+            )
         if self._llm is None:
             self._llm = self._make_llm()
             self._asleep = False
-        staged = self._asleep and self._stale and "tags" in inspect.signature(self._llm.wake_up).parameters
+        staged = (
+            self._asleep
+            and self._stale
+            and "tags" in inspect.signature(self._llm.wake_up).parameters
+        )
         if staged:
             self._llm.wake_up(tags=["weights"])
         elif self._asleep:

@@ -88,8 +88,9 @@ def parse_action(text: str) -> tuple[str, str]:
     return best
 
 
-def kept_state(steps: list[Step], passages: dict[str, Passage],
-               prefix: str = "") -> list[tuple[str, list[Passage], str]]:
+def kept_state(
+    steps: list[Step], passages: dict[str, Passage], prefix: str = ""
+) -> list[tuple[str, list[Passage], str]]:
     """The sub-queries the state after ``steps`` keeps, each with its documents and the
     rationale written before it (the last ``<think>`` block of the step's text, ``prefix`` + text:
     A_<t of Section 3.2; ``""`` when there is none): SEARCH adds one, BACKTRACK drops the last
@@ -152,8 +153,15 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         chat_template_kwargs: dict | None = None,
     ) -> None:
         if t_max < 1 or top_k < 1 or branch_states < 0:
-            raise ValueError(f"environment t_max and top_k must be >= 1 and branch_states >= 0; got {t_max}, {top_k}, {branch_states}")
-        self.retriever, self.top_k, self.t_max, self.branch_states = retriever, top_k, t_max, branch_states
+            raise ValueError(
+                f"environment t_max and top_k must be >= 1 and branch_states >= 0; got {t_max}, {top_k}, {branch_states}"
+            )
+        self.retriever, self.top_k, self.t_max, self.branch_states = (
+            retriever,
+            top_k,
+            t_max,
+            branch_states,
+        )
         self.prompt, self.state_template = prompt, state_template
         self.use_chat_template, self.assistant_prefix = use_chat_template, assistant_prefix
         self.state_rationales, self.chat_template_kwargs = state_rationales, chat_template_kwargs
@@ -162,7 +170,9 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         """The first state's prompt (no sub-queries yet); :meth:`state_prompt` gives the others."""
         return self.state_prompt(example, [], tokenizer)
 
-    def state_prompt(self, example: Example, kept: list[tuple[str, list[Passage], str]], tokenizer) -> str:
+    def state_prompt(
+        self, example: Example, kept: list[tuple[str, list[Passage], str]], tokenizer
+    ) -> str:
         """The prompt of state ``s_t``: the question and the kept sub-queries, each after its
         rationale (``state_rationales``) and with its documents."""
         lines = []
@@ -170,15 +180,24 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             if rationale and self.state_rationales:
                 lines.append(f"Thought {i + 1}: {rationale}")
             lines.append(f"Sub-query {i + 1}: {query}")
-            lines += [f"  [{j + 1}] {p.title}: {p.text}" for j, p in enumerate(passages)] or ["  (no documents)"]
+            lines += [f"  [{j + 1}] {p.title}: {p.text}" for j, p in enumerate(passages)] or [
+                "  (no documents)"
+            ]
         history = "\n".join(lines) if lines else "(no sub-queries yet)"
         user = self.state_template.format(question=example.question, history=history)
-        text = chat_prompt(tokenizer, self.prompt, user, self.use_chat_template, self.chat_template_kwargs)
+        text = chat_prompt(
+            tokenizer, self.prompt, user, self.use_chat_template, self.chat_template_kwargs
+        )
         return (f"{self.prompt}\n\n{user}\n" if text is None else text) + self.assistant_prefix
 
     # ---- the episode: one handler per state -----------------------------------------------
-    def _advance(self, episodes: list[Episode], engine: RolloutEngine, params: SamplingParams,
-                 siblings: int = 0) -> None:
+    def _advance(
+        self,
+        episodes: list[Episode],
+        engine: RolloutEngine,
+        params: SamplingParams,
+        siblings: int = 0,
+    ) -> None:
         """Run the episodes to their end through the episode loop; with ``siblings`` > 0 each
         one is a main episode that starts that many siblings at each of its first
         ``branch_states`` states when it reaches them (kept in ``meta["branches"]``).
@@ -218,15 +237,26 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         gen = e.turns[-1].generation
         action, arg = parse_action(self.assistant_prefix + gen.text)
         passage_ids = e.retrieved(hits[0]) if hits else []
-        e.steps.append(Step(action=action, query=arg if action == "search" else None,
-                            passage_ids=passage_ids, text=arg if action == "answer" else gen.text))
+        e.steps.append(
+            Step(
+                action=action,
+                query=arg if action == "search" else None,
+                passage_ids=passage_ids,
+                text=arg if action == "answer" else gen.text,
+            )
+        )
         if action in ("answer", "refuse"):
             e.end(action)
             return None
         return self._act(loop, e)
 
-    def rollout(self, examples: list[Example], engine: RolloutEngine, group_size: int,
-                params: SamplingParams) -> list[Trajectory]:
+    def rollout(
+        self,
+        examples: list[Example],
+        engine: RolloutEngine,
+        group_size: int,
+        params: SamplingParams,
+    ) -> list[Trajectory]:
         """The main episode of each question and ``group_size - 1`` siblings at each of its
         first ``branch_states`` visited states, each rolled forward to its end (Section 3.4).
 
@@ -236,13 +266,18 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         main = [Episode(ex, i, []) for i, ex in enumerate(examples)]
         self._advance(main, engine, params, siblings=group_size - 1)
         branches = [(e, t, siblings) for e in main for t, siblings in e.meta["branches"]]
-        out = [self._trajectory(member, t, state=f"{e.group}:{t}")
-               for e, t, siblings in branches for member in [e, *siblings]]
+        out = [
+            self._trajectory(member, t, state=f"{e.group}:{t}")
+            for e, t, siblings in branches
+            for member in [e, *siblings]
+        ]
         if not branches:  # no branching: one trajectory per episode, its first action
             out = [self._trajectory(e, 0, state=f"{e.group}:0") for e in main if e.steps]
         return out
 
-    def validation_rollout(self, examples: list[Example], engine: RolloutEngine, params: SamplingParams) -> list[Trajectory]:
+    def validation_rollout(
+        self, examples: list[Example], engine: RolloutEngine, params: SamplingParams
+    ) -> list[Trajectory]:
         episodes = [Episode(ex, i, []) for i, ex in enumerate(examples)]
         self._advance(episodes, engine, params)
         return [self._trajectory(e, 0, state=f"{e.group}:0") for e in episodes]
@@ -256,8 +291,14 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
         else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
             prompt, prompt_ids, ids, logprobs, finished = "", [], [], [], True
         return self.trajectory(
-            e.example, e.group, prompt_ids, ids, logprobs,
-            "\n".join(s.text for s in e.steps), steps=e.steps, truncated=not finished,
+            e.example,
+            e.group,
+            prompt_ids,
+            ids,
+            logprobs,
+            "\n".join(s.text for s in e.steps),
+            steps=e.steps,
+            truncated=not finished,
             prompt_text=prompt,
             meta={"state": state, "branch_step": t, "passages": dict(e.passages)},
         )
@@ -283,7 +324,9 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             "steps": mean(len(t.steps) for t in trajectories),
             "duplicate_query_rate": mean(duplicate_rate(t) for t in trajectories),
             "refusal_rate": mean(any(s.action == "refuse" for s in t.steps) for t in trajectories),
-            "backtrack_rate": mean(sum(s.action == "backtrack" for s in t.steps) / n
-                                   for t, n in zip(trajectories, n_steps)),
+            "backtrack_rate": mean(
+                sum(s.action == "backtrack" for s in t.steps) / n
+                for t, n in zip(trajectories, n_steps)
+            ),
             "answered": mean(any(s.action == "answer" for s in t.steps) for t in trajectories),
         }

@@ -318,10 +318,14 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         params: SamplingParams,
     ) -> list[Trajectory]:
         """One expansion per sample: generate, then retrieve the top-``top_k`` of every query."""
-        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
+        prompts = self.prompts(
+            examples, engine.tokenizer, group_size, ContextLimit.of(engine, params)
+        )
         loop = EpisodeLoop(engine, params, self.retriever)
         handlers = {
-            "start": lambda loop, e, _: Generate("expanded", e.prompt_ids, loop.params, e.prompt_text),
+            "start": lambda loop, e, _: Generate(
+                "expanded", e.prompt_ids, loop.params, e.prompt_text
+            ),
             "expanded": lambda loop, e, gen: Search("retrieved", self._queries(e, gen), self.top_k),
             "retrieved": self._expanded,
         }
@@ -424,7 +428,10 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         starts once every tree is done, so the two times of Table 4 stay apart.
         """
         loop = EpisodeLoop(engine, params, self.retriever)
-        trees = [Episode(ex, i, [], meta={"iterations": 0, "dropped": 0}) for i, ex in enumerate(examples)]
+        trees = [
+            Episode(ex, i, [], meta={"iterations": 0, "dropped": 0})
+            for i, ex in enumerate(examples)
+        ]
         started = time.perf_counter()
         loop.run(trees, {"start": self._expand, "expanded": self._select, "retrieved": self._grown})
         retrieval_s = time.perf_counter() - started
@@ -466,7 +473,9 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         if e.meta["iterations"] >= self.max_iterations:
             return None
         prompt = self.build_prompt(e.example, loop.tokenizer, list(e.passages.values()))
-        return Generate("expanded", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt)
+        return Generate(
+            "expanded", encode_prompts(loop.tokenizer, [prompt])[0], loop.params, prompt
+        )
 
     def _branches(self, gen: Generation) -> tuple[Expansion, list[str], list[str]]:
         """The expansion and the base and predicted queries its top-t/x selection keeps."""
@@ -501,8 +510,10 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         if not self.reader_prompt:
             return [empty] * len(trees)
         params = SamplingParams(
-            max_new_tokens=self.reader_max_new_tokens, temperature=self.reader_temperature,
-            top_p=self.reader_top_p, stop=["</answer>"]
+            max_new_tokens=self.reader_max_new_tokens,
+            temperature=self.reader_temperature,
+            top_p=self.reader_top_p,
+            stop=["</answer>"],
         )
         loop = EpisodeLoop(engine, params)
         readers = [Episode(e.example, e.group, [], passages=e.passages) for e in trees]
@@ -519,16 +530,21 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         documents = list(e.passages.values())
         if loop.window is not None and self.context_overflow != "error":
             room = loop.window - loop.params.max_new_tokens
-            fitted = fit_passages(documents, lambda kept: self._reader_prompt(e, kept, loop)[1],
-                                  room, self.context_overflow)
+            fitted = fit_passages(
+                documents,
+                lambda kept: self._reader_prompt(e, kept, loop)[1],
+                room,
+                self.context_overflow,
+            )
             if fitted is not None:  # else the loop stops with the example's lengths
                 e.meta["documents_dropped"] = len(documents) - len(fitted)
                 documents = fitted
         prompt, ids = self._reader_prompt(e, documents, loop)
         return Generate("answered", ids, loop.params, prompt)
 
-    def _reader_prompt(self, e: Episode, documents: list[Passage],
-                       loop: EpisodeLoop) -> tuple[str, list[int]]:
+    def _reader_prompt(
+        self, e: Episode, documents: list[Passage], loop: EpisodeLoop
+    ) -> tuple[str, list[int]]:
         listing = (
             "\n".join(f"[{j + 1}] {p.title}: {p.text}" for j, p in enumerate(documents))
             or NO_EVIDENCE

@@ -174,8 +174,10 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         ):
             if value < 1:
                 raise ValueError(f"environment {name} must be >= 1, got {value}")
-        for name, value in (("max_document_tokens", max_document_tokens),
-                            ("max_information_tokens", max_information_tokens)):
+        for name, value in (
+            ("max_document_tokens", max_document_tokens),
+            ("max_information_tokens", max_information_tokens),
+        ):
             if value is not None and value < 1:
                 raise ValueError(f"environment {name} must be >= 1 or null (no cut), got {value}")
         self.retriever = retriever
@@ -230,7 +232,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         continuously no episode waits for the slowest of its turn. The queries of the segments
         that came back together are retrieved in one batched call.
         """
-        prompts = self.prompts(examples, engine.tokenizer, group_size, ContextLimit.of(engine, params))
+        prompts = self.prompts(
+            examples, engine.tokenizer, group_size, ContextLimit.of(engine, params)
+        )
         loop = EpisodeLoop(engine, params, self.retriever)
         handlers = {
             "start": self._start,
@@ -293,8 +297,12 @@ class SearchAgentEnvironment(RetrievalEnvironment):
     def _retrieved(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
         """Insert the documents, then ask for the evaluation (Eval-RAR) or the next action."""
         e.steps[-1].passage_ids = [h.passage.id for h in hits[0]]
-        self._insert(loop, e, self.format_information(hits[0], loop.tokenizer),
-                     limit=self.max_information_tokens)
+        self._insert(
+            loop,
+            e,
+            self.format_information(hits[0], loop.tokenizer),
+            limit=self.max_information_tokens,
+        )
         if e.done:
             return None
         if not self.evaluate:
@@ -390,7 +398,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         def mean(values) -> torch.Tensor:
             return torch.tensor([float(v) for v in values]).mean()
 
-        count = lambda t, action: sum(1 for s in t.steps if s.action == action)
+        def count(t, action):
+            return sum(1 for s in t.steps if s.action == action)
         return {
             "turns": mean(
                 t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories
@@ -414,4 +423,3 @@ def _last_action(text: str, tags: tuple[str, ...]) -> str | None:
         if close > where and text.rfind(f"<{tag}>", 0, close) >= 0:
             best, where = tag, close
     return best
-

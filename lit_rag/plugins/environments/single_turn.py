@@ -149,7 +149,9 @@ class SingleTurnEnvironment(Environment):
         if self.prompt_layout == "one_message":  # Table 1 as one user message (the release)
             user = "\n".join(part for part in (system, self.user_header, user) if part)
             system = ""
-        text = chat_prompt(tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs)
+        text = chat_prompt(
+            tokenizer, system, user, self.use_chat_template, self.chat_template_kwargs
+        )
         if text is None:
             if self.prompt_layout == "one_message":
                 return f"{user}\nAssistant: {self.assistant_prefix}"

@@ -37,8 +37,19 @@ BM25S_DIR = "bm25s"
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 #: keys bm25s writes into params.index.json; anything else is refused before bm25s sees it
 #: (bm25s passes them to ``BM25.__init__``)
-BM25S_PARAMS = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype", "num_docs",
-                "version", "backend", "csc_backend")
+BM25S_PARAMS = (
+    "k1",
+    "b",
+    "delta",
+    "method",
+    "idf_method",
+    "dtype",
+    "int_dtype",
+    "num_docs",
+    "version",
+    "backend",
+    "csc_backend",
+)
 
 
 def _make_stemmer(name: str | None) -> Any | None:
@@ -143,8 +154,10 @@ class BM25Retriever(IndexedRetriever):
         self.passages = list(passages)
         settings = self.settings
         bm25 = bm25s.BM25(k1=settings["k1"], b=settings["b"], method=settings["method"])
-        bm25.index(self._tokenize([f"{p.title}\n{p.text}" for p in self.passages]),
-                   show_progress=self.show_progress)
+        bm25.index(
+            self._tokenize([f"{p.title}\n{p.text}" for p in self.passages]),
+            show_progress=self.show_progress,
+        )
         self._bm25 = bm25
         self.manifest = Manifest(
             retriever=self.kind,
@@ -162,8 +175,11 @@ class BM25Retriever(IndexedRetriever):
         directory.mkdir(parents=True, exist_ok=True)
         self._bm25.save(str(directory / BM25S_DIR), show_progress=False)
         write_corpus(self.passages, directory / PASSAGES_NAME)
-        matrices = sorted(p.relative_to(directory).as_posix()
-                          for p in (directory / BM25S_DIR).iterdir() if p.is_file())
+        matrices = sorted(
+            p.relative_to(directory).as_posix()
+            for p in (directory / BM25S_DIR).iterdir()
+            if p.is_file()
+        )
         self.manifest.files = {}
         self.manifest.write(directory, record=matrices)
 
@@ -236,8 +252,9 @@ class BM25Retriever(IndexedRetriever):
         if not todo:
             return results
         k = min(k, len(self.passages))
-        docs, scores = self._bm25.retrieve([tokens[i] for i in todo], k=k, show_progress=False,
-                                           n_threads=1)
+        docs, scores = self._bm25.retrieve(
+            [tokens[i] for i in todo], k=k, show_progress=False, n_threads=1
+        )
         for i, row_docs, row_scores in zip(todo, np.asarray(docs), np.asarray(scores)):
             ranked = sorted(
                 ((float(s), int(d)) for d, s in zip(row_docs, row_scores) if s > 0),
@@ -251,8 +268,11 @@ class BM25Retriever(IndexedRetriever):
 
 def _check_settings(settings: dict[str, Any], directory: Path) -> None:
     """The tokenizer settings queries are tokenized with must be there, with their types."""
-    wanted = {"lowercase": (bool,), "stopwords": (str, list, type(None)),
-              "stemmer": (str, type(None))}
+    wanted = {
+        "lowercase": (bool,),
+        "stopwords": (str, list, type(None)),
+        "stemmer": (str, type(None)),
+    }
     for key, types in wanted.items():
         if key not in settings or not isinstance(settings[key], types):
             raise IndexCorruptError(
@@ -284,8 +304,9 @@ def _read_bm25s(folder: Path) -> Any:
             f"got {unknown if unknown else type(params).__name__}; {_REBUILD}"
         )
     try:
-        return bm25s.BM25.load(str(folder), mmap=True, allow_pickle=False, show_progress=False,
-                               backend="numpy")
+        return bm25s.BM25.load(
+            str(folder), mmap=True, allow_pickle=False, show_progress=False, backend="numpy"
+        )
     # what numpy / bm25s raise on a damaged file (short array, bad header, vocab not a dict)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
         message = " ".join(str(err).split())[:200]
@@ -303,8 +324,9 @@ def _check_matrices(bm25: Any, manifest: Manifest, folder: Path) -> None:
     the matrices stay memory-mapped.
     """
     scores = bm25.scores
-    manifest.check_rows("the BM25 score matrix", int(scores.get("num_docs") or 0),
-                        folder / "params.index.json")
+    manifest.check_rows(
+        "the BM25 score matrix", int(scores.get("num_docs") or 0), folder / "params.index.json"
+    )
     data, indices, indptr = scores["data"], scores["indices"], scores["indptr"]
     columns = len(indptr) - 1
     try:

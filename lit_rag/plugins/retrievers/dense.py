@@ -105,8 +105,12 @@ class DenseRetriever(IndexedRetriever):
         if faiss_index not in FAISS_INDEXES:
             allowed = ", ".join(FAISS_INDEXES)
             raise ValueError(f"faiss_index: got '{faiss_index}'; allowed: {allowed}")
-        for key, value in (("nlist", nlist), ("hnsw_m", hnsw_m), ("nprobe", nprobe),
-                           ("batch_size", batch_size)):
+        for key, value in (
+            ("nlist", nlist),
+            ("hnsw_m", hnsw_m),
+            ("nprobe", nprobe),
+            ("batch_size", batch_size),
+        ):
             if value < 1:
                 raise ValueError(f"{key}: got {value}; expected >= 1")
         if pq_m is not None and pq_m < 1:
@@ -144,8 +148,9 @@ class DenseRetriever(IndexedRetriever):
             if isinstance(path, Path) and not path.exists():
                 raise FileNotFoundError(f"encoder '{self.encoder_path}': {path} does not exist")
             if self.pooling is None:
-                self._model = SentenceTransformer(str(path), device=self.device,
-                                                  trust_remote_code=False)
+                self._model = SentenceTransformer(
+                    str(path), device=self.device, trust_remote_code=False
+                )
             else:
                 self._model = _pooled_encoder(str(path), self.pooling, self.device)
         return self._model
@@ -202,7 +207,8 @@ class DenseRetriever(IndexedRetriever):
             return
         if self.index_path is None:
             raise RuntimeError(
-                "dense retriever has no index: call build(passages) or give index=PATH")
+                "dense retriever has no index: call build(passages) or give index=PATH"
+            )
         if self.corpus is not None:
             from lit_rag.api import build_missing_index
 
@@ -246,8 +252,11 @@ class DenseRetriever(IndexedRetriever):
         index = self._index
         if hasattr(index, "nprobe"):
             index.nprobe = min(self.nprobe, index.nlist)
-        hnsw = getattr(faiss.downcast_index(index), "hnsw", None) if isinstance(
-            index, faiss.Index) else None
+        hnsw = (
+            getattr(faiss.downcast_index(index), "hnsw", None)
+            if isinstance(index, faiss.Index)
+            else None
+        )
         if hnsw is not None:
             hnsw.efSearch = max(64, k)
 
@@ -286,8 +295,9 @@ class DenseRetriever(IndexedRetriever):
         ).write(directory, record=[_INDEX_FILE])
 
     @classmethod
-    def load(cls, directory: str | Path, encoder: str | None = None,
-             trust_manifest_encoder: bool = False) -> DenseRetriever:
+    def load(
+        cls, directory: str | Path, encoder: str | None = None, trust_manifest_encoder: bool = False
+    ) -> DenseRetriever:
         """Read a folder written by :meth:`save` (prefixes and faiss settings from its manifest).
 
         Args:
@@ -305,12 +315,20 @@ class DenseRetriever(IndexedRetriever):
             IndexCorruptError: A file disagrees with the manifest, or cannot be read.
         """
         manifest = Manifest.read(directory)
-        keys = ("query_prefix", "passage_prefix", "faiss_index", "nlist", "hnsw_m", "pq_m",
-                "pooling")
+        keys = (
+            "query_prefix",
+            "passage_prefix",
+            "faiss_index",
+            "nlist",
+            "hnsw_m",
+            "pq_m",
+            "pooling",
+        )
         settings = {k: manifest.settings[k] for k in keys if k in manifest.settings}
         try:
-            retriever = cls(encoder=encoder, trust_manifest_encoder=trust_manifest_encoder,
-                            **settings)
+            retriever = cls(
+                encoder=encoder, trust_manifest_encoder=trust_manifest_encoder, **settings
+            )
             if not isinstance(retriever.query_prefix, str):
                 raise TypeError("query_prefix must be a string")
         except (TypeError, ValueError) as err:  # settings of wrong types or out of range
@@ -397,8 +415,9 @@ def _pooled_encoder(path: str, pooling: str, device: str | None) -> Any:
 
     body = Transformer(path)  # no remote code: config_kwargs do not set trust_remote_code
     size = getattr(body, "get_embedding_dimension", None) or body.get_word_embedding_dimension
-    return SentenceTransformer(modules=[body, Pooling(size(), pooling_mode=pooling), Normalize()],
-                               device=device)
+    return SentenceTransformer(
+        modules=[body, Pooling(size(), pooling_mode=pooling), Normalize()], device=device
+    )
 
 
 def _read_faiss(path: Path, advice: str = _REBUILD, flags: int = 0) -> Any:
@@ -456,7 +475,9 @@ def _is_local_copy(hub_id: str, folder: Path) -> bool:
     org, name = hub_id.split("/")
     if folder.name.casefold() == name.casefold():
         return True
-    return folder.parent.name == "snapshots" and folder.parent.parent.name == f"models--{org}--{name}"
+    return (
+        folder.parent.name == "snapshots" and folder.parent.parent.name == f"models--{org}--{name}"
+    )
 
 
 def _local_path(recorded: str) -> Path | None:
@@ -464,7 +485,7 @@ def _local_path(recorded: str) -> Path | None:
     import importlib.util
 
     if recorded.startswith("pkg://"):
-        package, _, rel = recorded[len("pkg://"):].partition("/")
+        package, _, rel = recorded[len("pkg://") :].partition("/")
         if not package.isidentifier():  # dotted: find_spec would import the parent package
             return None
         spec = importlib.util.find_spec(package)  # a top-level name is found, not imported

@@ -163,9 +163,15 @@ def import_dense_index(
         placed = _place(faiss_path, folder / _INDEX_FILE, link)
         write_corpus(passages, folder / PASSAGES_NAME)
         settings.update(
-            query_prefix=query_prefix, passage_prefix=passage_prefix, pooling=pooling,
-            imported_from={"faiss": faiss_path.name, "corpus": corpus_path.name,
-                           "format": "flashrag", "index_file": placed},
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            pooling=pooling,
+            imported_from={
+                "faiss": faiss_path.name,
+                "corpus": corpus_path.name,
+                "format": "flashrag",
+                "index_file": placed,
+            },
         )
         Manifest(
             retriever="dense",
@@ -182,8 +188,10 @@ def _check_encoder(encoder: str) -> None:
     from lit_rag.api import resolve_path
 
     if not encoder.strip():
-        raise InputError("--encoder: got an empty name; give the hub id or local folder of the "
-                         "encoder the index was built with, e.g. intfloat/e5-base-v2")
+        raise InputError(
+            "--encoder: got an empty name; give the hub id or local folder of the "
+            "encoder the index was built with, e.g. intfloat/e5-base-v2"
+        )
     resolve_path(encoder)  # FileNotFoundError: a local path that does not exist
 
 
@@ -247,7 +255,9 @@ def _place(src: Path, dst: Path, link: bool) -> str:
             return "hard link"
         except OSError as err:  # another file system, a file you may not link, no links at all
             why = "another file system" if err.errno == errno.EXDEV else err.strerror
-            log.warning("--link: cannot hard-link %s into %s (%s); copying it", src, dst.parent, why)
+            log.warning(
+                "--link: cannot hard-link %s into %s (%s); copying it", src, dst.parent, why
+            )
             shutil.copyfile(src, dst)
             return f"copy (hard link failed: {why})"
     shutil.copyfile(src, dst)

@@ -57,8 +57,14 @@ class HttpRetriever(Retriever):
 
     kind = "http"
 
-    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, retries: int = 3,
-                 backoff: float = 0.5, batch_size: int = 512) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        batch_size: int = 512,
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url: got {url!r}; expected http://HOST:PORT/retrieve")
         if timeout <= 0:
@@ -104,8 +110,9 @@ class HttpRetriever(Retriever):
         asked = [i for i, q in enumerate(queries) if q.strip()]
         for start in range(0, len(asked), self.batch_size):
             rows = asked[start : start + self.batch_size]
-            answer = self._post({"queries": [queries[i] for i in rows], "topk": k,
-                                 "return_scores": True})
+            answer = self._post(
+                {"queries": [queries[i] for i in rows], "topk": k, "return_scores": True}
+            )
             for i, entries in zip(rows, _result_lists(answer, len(rows), self.url)):
                 results[i] = [_hit(entry, rank, self.url) for rank, entry in enumerate(entries[:k])]
         return results
@@ -117,8 +124,14 @@ class HttpRetriever(Retriever):
         delay, problem = self.backoff, ""
         for attempt in range(self.retries + 1):
             if attempt:
-                log.warning("retrieval server %s: %s; retry %d of %d in %.1f s", self.url,
-                            problem, attempt, self.retries, delay)
+                log.warning(
+                    "retrieval server %s: %s; retry %d of %d in %.1f s",
+                    self.url,
+                    problem,
+                    attempt,
+                    self.retries,
+                    delay,
+                )
                 time.sleep(delay)
                 delay *= 2
             try:
@@ -142,7 +155,7 @@ class HttpRetriever(Retriever):
             except ValueError:
                 raise RetrieverResponseError(
                     f"retrieval server {self.url} answered with something that is not JSON "
-                    f"({response.text[:80]!r}); expected Search-R1's {{\"result\": [...]}}"
+                    f'({response.text[:80]!r}); expected Search-R1\'s {{"result": [...]}}'
                 ) from None
         raise RetrieverUnavailableError(
             f"retrieval server {self.url}: {problem} after {self.retries + 1} tries; start it "
@@ -151,11 +164,10 @@ class HttpRetriever(Retriever):
         )
 
 
-
 def _reason(err: Exception) -> str:
     """The innermost message of a connection error, e.g. ``[Errno 111] Connection refused``."""
     text = str(err) or type(err).__name__
-    return text.rpartition("] ")[2] if "Errno" not in text else text[text.find("[Errno"):]
+    return text.rpartition("] ")[2] if "Errno" not in text else text[text.find("[Errno") :]
 
 
 def _detail(response: Any) -> str:
@@ -173,7 +185,7 @@ def _result_lists(answer: Any, count: int, url: str) -> list[list]:
     if not isinstance(result, list) or not all(isinstance(r, list) for r in result):
         raise RetrieverResponseError(
             f"retrieval server {url} answered {str(answer)[:80]!r}; expected Search-R1's "
-            "{\"result\": [[document, ...] per query]}"
+            '{"result": [[document, ...] per query]}'
         )
     if len(result) != count:
         raise RetrieverResponseError(

@@ -33,6 +33,7 @@ from lit_rag.api import (
 _FOLDER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _REBUILD = "rebuild the index (lit-rag index build)"
 
+
 def reciprocal_rank_fusion(rankings: list[list[Hit]], k: float = 60) -> list[Hit]:
     """Fuse several rankings of one query into one, best first.
 
@@ -70,8 +71,14 @@ class HybridRetriever(IndexedRetriever):
 
     kind = "hybrid"
 
-    def __init__(self, retrievers: list[Retriever], k: int = 60, depth: int = 100,
-                 index: str | None = None, corpus: str | None = None) -> None:
+    def __init__(
+        self,
+        retrievers: list[Retriever],
+        k: int = 60,
+        depth: int = 100,
+        index: str | None = None,
+        corpus: str | None = None,
+    ) -> None:
         if len(retrievers) < 2:
             raise ValueError(f"retrievers: got {len(retrievers)}; hybrid fuses two or more")
         if k < 0:
@@ -103,8 +110,10 @@ class HybridRetriever(IndexedRetriever):
         """The children, when every one builds an index (what build and save need)."""
         searching = [c.kind or type(c).__name__ for c in self.retrievers if not c.builds_index]
         if searching:
-            raise ValueError(f"retrievers: {', '.join(searching)} builds no index; a hybrid index "
-                             "fuses retrievers with an index of their own (bm25, dense, ...)")
+            raise ValueError(
+                f"retrievers: {', '.join(searching)} builds no index; a hybrid index "
+                "fuses retrievers with an index of their own (bm25, dense, ...)"
+            )
         return self.retrievers  # type: ignore[return-value]
 
     def build(self, passages: list[Passage]) -> None:
@@ -160,8 +169,9 @@ class HybridRetriever(IndexedRetriever):
         ).write(directory)
 
     @classmethod
-    def load(cls, directory: str | Path, encoder: str | None = None,
-             trust_manifest_encoder: bool = False) -> HybridRetriever:
+    def load(
+        cls, directory: str | Path, encoder: str | None = None, trust_manifest_encoder: bool = False
+    ) -> HybridRetriever:
         """Read a folder written by :meth:`save`; each child opens with its registered kind.
 
         Args:
@@ -190,10 +200,15 @@ class HybridRetriever(IndexedRetriever):
             _check_same_corpus(manifest, child_manifest, directory, child_dir)
             children.append(open_index(child_dir, **options))
         try:
-            return cls(children, k=manifest.settings.get("k", 60),
-                       depth=manifest.settings.get("depth", 100))
+            return cls(
+                children,
+                k=manifest.settings.get("k", 60),
+                depth=manifest.settings.get("depth", 100),
+            )
         except (TypeError, ValueError) as err:
-            raise IndexCorruptError(f"{directory / MANIFEST_NAME}: bad settings ({err}); {_REBUILD}") from None
+            raise IndexCorruptError(
+                f"{directory / MANIFEST_NAME}: bad settings ({err}); {_REBUILD}"
+            ) from None
 
 
 def _children(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
@@ -213,14 +228,19 @@ def _children(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:
     for child in spec:
         folder = child.get("folder") if isinstance(child, dict) else None
         kind = child.get("kind") if isinstance(child, dict) else None
-        if (not isinstance(folder, str) or not _FOLDER.fullmatch(folder)
-                or (directory / folder).is_symlink()):
+        if (
+            not isinstance(folder, str)
+            or not _FOLDER.fullmatch(folder)
+            or (directory / folder).is_symlink()
+        ):
             raise IndexCorruptError(
                 f"{where}: child folder {folder!r} must be a plain folder name inside the index "
                 f"(letters, digits, _ . -; not a link); {_REBUILD}"
             )
         if not isinstance(kind, str) or not kind:
-            raise IndexCorruptError(f"{where}: child {folder!r} needs a retriever kind, got {kind!r}")
+            raise IndexCorruptError(
+                f"{where}: child {folder!r} needs a retriever kind, got {kind!r}"
+            )
         out.append((folder, kind))
     return out
 

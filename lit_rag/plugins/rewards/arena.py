@@ -213,7 +213,9 @@ class ArenaReward(Reward):
         format_check: str = "release",
     ) -> None:
         if format_check not in FORMAT_CHECKS:
-            raise ValueError(f"arena format_check '{format_check}' is not known; allowed: {', '.join(FORMAT_CHECKS)}")
+            raise ValueError(
+                f"arena format_check '{format_check}' is not known; allowed: {', '.join(FORMAT_CHECKS)}"
+            )
         self.bonus, self.format_check = bonus, format_check
         self.punctuation = check_punctuation(punctuation, "arena punctuation")
         self.weights = {

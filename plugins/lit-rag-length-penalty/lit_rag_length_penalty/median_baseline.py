@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 
-def median_baseline(rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str = "none") -> torch.Tensor:
+def median_baseline(
+    rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str = "none"
+) -> torch.Tensor:
     """``A_i = r_i - median(r_group)``: a baseline one outlier in the group does not move.
 
     The median of an even group is the mean of its two middle values (``torch.quantile``;

@@ -12,8 +12,13 @@ EX = Example(id="q", question="?", answers=["Paris"])
 
 
 def test_scores_by_hand() -> None:
-    texts = ["<answer>Paris</answer>", "<answer>in Paris</answer>", "<answer>in central Paris</answer>",
-             "Paris", "<answer> </answer>"]
+    texts = [
+        "<answer>Paris</answer>",
+        "<answer>in Paris</answer>",
+        "<answer>in central Paris</answer>",
+        "Paris",
+        "<answer> </answer>",
+    ]
     # max_words 2: 1 word -> 1; 2 words -> 1; 3 words -> 0; no answer tag -> 0; empty answer -> 0
     assert brevity(texts, [EX] * len(texts), max_words=2) == [1.0, 1.0, 0.0, 0.0, 0.0]
     # default max_words 5: the 3-word answer fits too

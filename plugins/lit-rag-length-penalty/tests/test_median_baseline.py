@@ -39,7 +39,11 @@ def test_scale_rewards() -> None:
 
 
 def test_registered_as_median_baseline() -> None:
-    eps = [ep for ep in metadata.entry_points(group="lit_rag.advantages") if ep.name == "median_baseline"]
+    eps = [
+        ep
+        for ep in metadata.entry_points(group="lit_rag.advantages")
+        if ep.name == "median_baseline"
+    ]
     (ep,) = eps
     assert ep.dist.metadata["Name"] == "lit-rag-length-penalty"
     assert ep.load() is median_baseline

@@ -47,15 +47,24 @@ class TfidfRetriever(IndexedRetriever):
 
     kind = "tfidf"
 
-    def __init__(self, index: str | None = None, corpus: str | None = None,
-                 lowercase: bool = True, sublinear_tf: bool = True, min_df: int = 1) -> None:
+    def __init__(
+        self,
+        index: str | None = None,
+        corpus: str | None = None,
+        lowercase: bool = True,
+        sublinear_tf: bool = True,
+        min_df: int = 1,
+    ) -> None:
         if min_df < 1:
             raise ValueError(f"min_df: got {min_df}; expected >= 1")
         if corpus is not None and index is None:
             raise ValueError("corpus: building a missing index needs index: FOLDER too")
         self.index, self.corpus = index, corpus
-        self.settings = {"lowercase": bool(lowercase), "sublinear_tf": bool(sublinear_tf),
-                         "min_df": int(min_df)}
+        self.settings = {
+            "lowercase": bool(lowercase),
+            "sublinear_tf": bool(sublinear_tf),
+            "min_df": int(min_df),
+        }
         self.passages: list[Passage] = []
         self.vocabulary: dict[str, int] = {}
         self.idf = np.zeros(0, dtype=np.float32)
@@ -96,8 +105,7 @@ class TfidfRetriever(IndexedRetriever):
         kept = sorted(t for t, n in df.items() if n >= self.settings["min_df"])
         self.vocabulary = {token: i for i, token in enumerate(kept)}
         n = len(texts)
-        self.idf = np.array([math.log((1 + n) / (1 + df[t])) + 1.0 for t in kept],
-                            dtype=np.float32)
+        self.idf = np.array([math.log((1 + n) / (1 + df[t])) + 1.0 for t in kept], dtype=np.float32)
         self.matrix = self._vectors(texts)
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
@@ -111,8 +119,13 @@ class TfidfRetriever(IndexedRetriever):
                 results.append([])
                 continue
             top = np.argsort(-row, kind="stable")[: min(k, len(self.passages))]
-            results.append([Hit(self.passages[i], float(row[i]), rank)
-                            for rank, i in enumerate(top) if row[i] > 0])
+            results.append(
+                [
+                    Hit(self.passages[i], float(row[i]), rank)
+                    for rank, i in enumerate(top)
+                    if row[i] > 0
+                ]
+            )
         return results
 
     def save(self, directory: str | Path) -> None:
@@ -122,12 +135,16 @@ class TfidfRetriever(IndexedRetriever):
         directory.mkdir(parents=True, exist_ok=True)
         sparse.save_npz(directory / MATRIX_NAME, self.matrix, compressed=False)
         (directory / VOCABULARY_NAME).write_text(
-            json.dumps({"words": list(self.vocabulary), "idf": self.idf.tolist()}), "utf-8")
+            json.dumps({"words": list(self.vocabulary), "idf": self.idf.tolist()}), "utf-8"
+        )
         write_corpus(self.passages, directory / PASSAGES_NAME)
-        Manifest(retriever=self.kind, encoder=None,
-                 corpus_fingerprint=corpus_fingerprint(self.passages),
-                 passage_count=len(self.passages), settings=dict(self.settings),
-                 ).write(directory, record=[MATRIX_NAME, VOCABULARY_NAME])
+        Manifest(
+            retriever=self.kind,
+            encoder=None,
+            corpus_fingerprint=corpus_fingerprint(self.passages),
+            passage_count=len(self.passages),
+            settings=dict(self.settings),
+        ).write(directory, record=[MATRIX_NAME, VOCABULARY_NAME])
 
     @classmethod
     def load(cls, directory: str | Path) -> TfidfRetriever:
@@ -141,16 +158,23 @@ class TfidfRetriever(IndexedRetriever):
         manifest.check_files(directory)
         self.passages = manifest.read_passages(directory)
         words = json.loads((directory / VOCABULARY_NAME).read_text("utf-8"))
-        if not (isinstance(words, dict) and isinstance(words.get("words"), list)
-                and isinstance(words.get("idf"), list)
-                and len(words["words"]) == len(words["idf"])):
-            raise IndexCorruptError(f"{directory / VOCABULARY_NAME}: expected "
-                                    '{"words": [...], "idf": [...]} of equal length')
+        if not (
+            isinstance(words, dict)
+            and isinstance(words.get("words"), list)
+            and isinstance(words.get("idf"), list)
+            and len(words["words"]) == len(words["idf"])
+        ):
+            raise IndexCorruptError(
+                f"{directory / VOCABULARY_NAME}: expected "
+                '{"words": [...], "idf": [...]} of equal length'
+            )
         matrix = sparse.load_npz(directory / MATRIX_NAME)  # numpy arrays, allow_pickle=False
         manifest.check_rows("the TF-IDF matrix", matrix.shape[0], directory / MATRIX_NAME)
         if matrix.shape[1] != len(words["words"]):
-            raise IndexCorruptError(f"{directory / MATRIX_NAME}: {matrix.shape[1]} columns but "
-                                    f"{len(words['words'])} words in {VOCABULARY_NAME}")
+            raise IndexCorruptError(
+                f"{directory / MATRIX_NAME}: {matrix.shape[1]} columns but "
+                f"{len(words['words'])} words in {VOCABULARY_NAME}"
+            )
         self.settings = {**self.settings, **manifest.settings}
         self.vocabulary = {str(w): i for i, w in enumerate(words["words"])}
         self.idf = np.asarray(words["idf"], dtype=np.float32)

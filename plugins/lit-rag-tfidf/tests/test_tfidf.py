@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from lit_rag.api import Passage
 from lit_rag_tfidf import TfidfRetriever
 
-CORPUS = [Passage("a", "", "red apples red"), Passage("b", "", "green apples"),
-          Passage("c", "", "blue sky")]
+from lit_rag.api import Passage
+
+CORPUS = [
+    Passage("a", "", "red apples red"),
+    Passage("b", "", "green apples"),
+    Passage("c", "", "blue sky"),
+]
 
 
 def test_scores_are_the_cosines_worked_by_hand():
