@@ -179,8 +179,10 @@ def main() -> None:
 
     chosen, rejected = embed([p["chosen"] for p in pairs]), embed([p["rejected"] for p in pairs])
     signs = torch.tensor([p["signs"] for p in pairs])
+
     def split(x):
         return (x[:cut], x[cut:])
+
     (tc, vc), (tr, vr), (ts, vs) = split(chosen), split(rejected), split(signs)
     initial = {k: v.clone() for k, v in multi.heads.state_dict().items()}
     rows = {

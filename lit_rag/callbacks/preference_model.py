@@ -183,14 +183,16 @@ class AlternatingRewardModel(Callback):
         """``epochs`` epochs of the reward model on the pairs so far (a nested Lightning fit)."""
         train, val = self.split()
         order = torch.Generator().manual_seed(self.cycles)  # the same batches on every rank
+
         def loader(rows, shuffle):
             return DataLoader(
-                    rows,
-                    batch_size=self.batch_size,
-                    shuffle=shuffle,
-                    collate_fn=lambda b: b,
-                    generator=order,
-                )
+                rows,
+                batch_size=self.batch_size,
+                shuffle=shuffle,
+                collate_fn=lambda b: b,
+                generator=order,
+            )
+
         inner = L.Trainer(
             accelerator="gpu" if trainer.strategy.root_device.type == "cuda" else "cpu",
             devices=1,

@@ -400,6 +400,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
 
         def count(t, action):
             return sum(1 for s in t.steps if s.action == action)
+
         return {
             "turns": mean(
                 t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories
