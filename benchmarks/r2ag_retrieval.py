@@ -50,7 +50,8 @@ def main() -> None:
         state = torch.load(args.ckpt, map_location="cpu", weights_only=True)["state_dict"]
         missing = module.load_state_dict(state, strict=False)
         print(
-            f"# loaded {len(state)} tensors from {args.ckpt} ({len(missing.unexpected_keys)} unexpected)"
+            f"# loaded {len(state)} tensors from {args.ckpt} "
+            f"({len(missing.unexpected_keys)} unexpected)"
         )
     data.setup("validate")
     examples = [ex for ex in data.val_examples() if ex.gold_ids][: args.questions]
@@ -75,22 +76,22 @@ def main() -> None:
     label = "R2AG (trained)" if args.ckpt else "R2AG-p (untrained, prompted)"
     iterations = sum(t.meta["iterations"] for t in trajectories) / len(trajectories)
     print(
-        f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per query, "
-        f"max {env.max_iterations} expansions; {seconds:.0f} s"
+        f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per "
+        f"query, max {env.max_iterations} expansions; {seconds:.0f} s"
     )
     print("| retrieval | avg K | Recall | Full-Recall | mAP | iterations | reader EM |")
     print("|---|---|---|---|---|---|---|")
     print(
-        f"| {label} | {tree['avg_k']:.2f} | {tree['recall']:.3f} | {tree['full_recall']:.3f} | {tree['map']:.3f} "
-        f"| {iterations:.2f} | {em:.3f} |"
+        f"| {label} | {tree['avg_k']:.2f} | {tree['recall']:.3f} | {tree['full_recall']:.3f} | "
+        f"{tree['map']:.3f} | {iterations:.2f} | {em:.3f} |"
     )
     print(
-        f"| single-step, question as query, K = {k} | {single['avg_k']:.2f} | {single['recall']:.3f} | "
-        f"{single['full_recall']:.3f} | {single['map']:.3f} | 1 | - |"
+        f"| single-step, question as query, K = {k} | {single['avg_k']:.2f} | "
+        f"{single['recall']:.3f} | {single['full_recall']:.3f} | {single['map']:.3f} | 1 | - |"
     )
     print(
-        f"command: python benchmarks/r2ag_retrieval.py --config {args.config} --questions {args.questions}"
-        + (f" --ckpt {args.ckpt}" if args.ckpt else "")
+        f"command: python benchmarks/r2ag_retrieval.py --config {args.config} --questions "
+        f"{args.questions}" + (f" --ckpt {args.ckpt}" if args.ckpt else "")
     )
 
 

@@ -228,7 +228,8 @@ _SENTENCES = (
 
 
 def _words(indices: np.ndarray, syllables_per_word: int) -> list[str]:
-    """Pseudo-word number i: the base-len(_SYLLABLES) digits of i as syllables (unique by construction)."""
+    """Pseudo-word number i: the base-len(_SYLLABLES) digits of i as syllables (unique by
+    construction)."""
     base = len(_SYLLABLES)
     out = []
     for i in indices.tolist():
@@ -241,7 +242,8 @@ def _words(indices: np.ndarray, syllables_per_word: int) -> list[str]:
 
 
 def generate_corpus(n: int, seed: int) -> list[dict]:
-    """``n`` passages ``{"id", "title", "text"}`` of 2-4 template sentences, deterministic from ``seed``."""
+    """``n`` passages ``{"id", "title", "text"}`` of 2-4 template sentences, deterministic from
+    ``seed``."""
     rng = np.random.default_rng(seed)
     vocab_size = 200_000
     base = len(_SYLLABLES)
@@ -323,7 +325,8 @@ def generate_corpus(n: int, seed: int) -> list[dict]:
 
 def make_queries(texts: list[str], count: int, seed: int) -> tuple[list[str], list[int]]:
     """``count`` queries: 4-7 consecutive words of a random passage, one word swapped for another
-    passage's word (so queries have hits but are not exact substrings); returns texts and sources."""
+    passage's word (so queries have hits but are not exact substrings); returns texts and
+    sources."""
     rng = np.random.default_rng(seed + 1)
     queries, gold = [], []
     for _ in range(count):
@@ -414,7 +417,8 @@ def _dense_retriever_class():
     from lit_rag.plugins.retrievers.dense import DenseRetriever
 
     class PrecomputedDense(DenseRetriever):
-        """DenseRetriever whose encoder returns precomputed vectors (passages: all rows; queries: by text)."""
+        """DenseRetriever whose encoder returns precomputed vectors (passages: all rows; queries:
+        by text)."""
 
         table: np.ndarray | None = None
         query_row: dict[str, int] = {}
@@ -662,7 +666,8 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 def print_table(label: str, info: dict, results: dict, args: argparse.Namespace) -> None:
     print()
     print(
-        f"== {label}: {info.get('passages', '?')} passages, {info.get('words_per_passage', 0):.0f} words/passage, "
+        f"== {label}: {info.get('passages', '?')} passages, "
+        f"{info.get('words_per_passage', 0):.0f} words/passage, "
         f"text {info.get('text_mib', 0):.1f} MiB as JSONL; {args.queries} queries, k={K}"
     )
     header = (
@@ -713,9 +718,10 @@ def print_table(label: str, info: dict, results: dict, args: argparse.Namespace)
     if "bm25-ours" in ok and "rank-bm25" in ok:
         (ob, os_), (rb, rs) = ok["bm25-ours"], ok["rank-bm25"]
         print(
-            f"  ratio bm25-ours / rank-bm25: q/s batch 1 {os_['qps_1'] / rs['qps_1']:.1f}x, batch 64 "
-            f"{os_['qps_64'] / rs['qps_64']:.1f}x, build time {(ob['build_s'] + ob['save_s']) / (rb['build_s'] + rb['save_s']):.2f}, "
-            f"disk {ob['index_mib'] / rb['index_mib']:.2f}, serve RSS delta "
+            f"  ratio bm25-ours / rank-bm25: q/s batch 1 {os_['qps_1'] / rs['qps_1']:.1f}x, batch "
+            f"64 {os_['qps_64'] / rs['qps_64']:.1f}x, build time "
+            f"{(ob['build_s'] + ob['save_s']) / (rb['build_s'] + rb['save_s']):.2f}, disk "
+            f"{ob['index_mib'] / rb['index_mib']:.2f}, serve RSS delta "
             f"{os_['delta_rss_mib'] / max(rs['delta_rss_mib'], 1e-9):.2f}; top-10 overlap "
             f"{_overlap(os_['top'], rs['top']):.2f} (lucene vs Okapi idf)"
         )
@@ -723,8 +729,8 @@ def print_table(label: str, info: dict, results: dict, args: argparse.Namespace)
         (fb, fs), (nb, ns) = ok["dense-faiss-flat"], ok["dense-numpy"]
         print(
             f"  ratio faiss-flat / numpy: q/s batch 1 {fs['qps_1'] / ns['qps_1']:.2f}x, batch 64 "
-            f"{fs['qps_64'] / ns['qps_64']:.2f}x, disk {fb['index_mib'] / nb['index_mib']:.2f}; top-10 overlap "
-            f"{_overlap(fs['top'], ns['top']):.2f} (exact search: should be 1.00)"
+            f"{fs['qps_64'] / ns['qps_64']:.2f}x, disk {fb['index_mib'] / nb['index_mib']:.2f}; "
+            f"top-10 overlap {_overlap(fs['top'], ns['top']):.2f} (exact search: should be 1.00)"
         )
 
 
@@ -732,8 +738,8 @@ def print_growth(sizes: list[int], per_size: dict, args: argparse.Namespace) -> 
     lo, hi = sizes[0], sizes[-1]
     print()
     print(
-        f"== growth between {lo:,} and {hi:,} generated passages (measured), extrapolated linearly to "
-        f"{TARGET / 1e6:.0f}M passages (value at {hi:,} + slope x {TARGET - hi:,})"
+        f"== growth between {lo:,} and {hi:,} generated passages (measured), extrapolated linearly "
+        f"to {TARGET / 1e6:.0f}M passages (value at {hi:,} + slope x {TARGET - hi:,})"
     )
     header = (
         "side",
@@ -787,24 +793,28 @@ def print_growth(sizes: list[int], per_size: dict, args: argparse.Namespace) -> 
         (per_size[hi]["info"]["text_mib"] - per_size[lo]["info"]["text_mib"]) * 2**20 / (hi - lo)
     )
     print(
-        f"  passage text store (passages.jsonl, both lit-rag retrievers keep it in RAM once loaded): "
-        f"{store:.0f} B/passage measured here (synthetic passages are shorter than Wikipedia's "
-        f"~100-word ones); q/s at 21M assumes search time grows linearly with N (exhaustive scoring)."
+        "  passage text store (passages.jsonl, both lit-rag retrievers keep it in RAM once "
+        f"loaded): {store:.0f} B/passage measured here (synthetic passages are shorter than "
+        "Wikipedia's ~100-word ones); q/s at 21M assumes search time grows linearly with N "
+        "(exhaustive scoring)."
     )
     n = TARGET
     nlist = 65536
     ivfpq = n * (48 + 8) + nlist * DIM * 4 + 48 * 256 * (DIM // 48) * 4
     print("  COMPUTED, not measured (faiss index sizes at 21M x 384-d fp32):")
     print(
-        f"    Flat (IndexFlatIP): 384 x 4 B = 1.5 KiB/passage -> {n * DIM * 4 / gib:.1f} GiB disk and RAM"
+        "    Flat (IndexFlatIP): 384 x 4 B = 1.5 KiB/passage -> "
+        f"{n * DIM * 4 / gib:.1f} GiB disk and RAM"
     )
     print(
-        f"    HNSW32 (IndexHNSWFlat): 1.5 KiB + 2 x 32 x 4 B links -> ~{n * (DIM * 4 + 256) / gib:.1f} GiB"
+        "    HNSW32 (IndexHNSWFlat): 1.5 KiB + 2 x 32 x 4 B links -> "
+        f"~{n * (DIM * 4 + 256) / gib:.1f} GiB"
     )
     print(
         f"    IVF65536,PQ48x8 (IndexIVFPQ): 48 B code + 8 B id = 56 B/passage + coarse centroids "
-        f"{nlist * DIM * 4 / 2**20:.0f} MiB + PQ codebooks {48 * 256 * (DIM // 48) * 4 / 2**10:.0f} KiB "
-        f"-> {ivfpq / gib:.2f} GiB; search touches nprobe/nlist of the lists"
+        f"{nlist * DIM * 4 / 2**20:.0f} MiB + PQ codebooks "
+        f"{48 * 256 * (DIM // 48) * 4 / 2**10:.0f} KiB -> {ivfpq / gib:.2f} GiB; search touches "
+        "nprobe/nlist of the lists"
     )
 
 
@@ -861,21 +871,21 @@ def main(argv: list[str] | None = None) -> None:
     enc = (
         f"sentence-transformers encoder {args.dense_encoder}"
         if args.dense_encoder
-        else f"NO encoder: random L2-normalized {DIM}-d fp32 embeddings (seed {args.seed}), the same array for "
-        f"faiss and numpy; query = noisy copy of its source passage's vector"
+        else f"NO encoder: random L2-normalized {DIM}-d fp32 embeddings (seed {args.seed}), the "
+        "same array for faiss and numpy; query = noisy copy of its source passage's vector"
     )
     print(
-        f"dense embeddings: {enc}; dense-faiss-flat = DenseRetriever(faiss_index='flat') with encode() "
-        "returning the precomputed vectors (no encoder time counted)"
+        f"dense embeddings: {enc}; dense-faiss-flat = DenseRetriever(faiss_index='flat') with "
+        "encode() returning the precomputed vectors (no encoder time counted)"
     )
     print(
-        f"bm25: both sides index the token lists of BM25Retriever's tokenizer; rank-bm25's on-disk index "
-        f"is a pickle of BM25Okapi (it has no disk format); {args.threads} BLAS/faiss thread(s), bm25s 1 thread"
+        "bm25: both sides index the token lists of BM25Retriever's tokenizer; rank-bm25's on-disk "
+        f"index is a pickle of BM25Okapi (it has no disk format); {args.threads} BLAS/faiss "
+        "thread(s), bm25s 1 thread"
     )
     print(
-        "build s = build + save; RSS delta = peak minus RSS before the side started; hit@10 = the query's "
-        "source passage is in the top 10; total wall "
-        f"{time.perf_counter() - started:.0f} s"
+        "build s = build + save; RSS delta = peak minus RSS before the side started; hit@10 = the "
+        f"query's source passage is in the top 10; total wall {time.perf_counter() - started:.0f} s"
     )
     for label, info, results in tables:
         print_table(label, info, results, args)

@@ -95,11 +95,13 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for batch, here, there, same in rows:
         print(
-            f"| {batch} | {here:.0f} | {there:.0f} | {there / here:.2f} | {'yes' if same else 'NO'} |"
+            f"| {batch} | {here:.0f} | {there:.0f} | {there / here:.2f} | "
+            f"{'yes' if same else 'NO'} |"
         )
     print(
         f"\npython benchmarks/retrieval_server.py --retriever {args.retriever} --batches "
-        f"{' '.join(map(str, args.batches))} --queries {args.queries} -k {args.k} --repeats {args.repeats}"
+        f"{' '.join(map(str, args.batches))} --queries {args.queries} -k {args.k} "
+        f"--repeats {args.repeats}"
     )
 
 

@@ -59,7 +59,8 @@ def main() -> None:
     lengths = torch.tensor([float(t.num_generated) for t in trajectories])
     print(
         f"groups with reward variance: {varied}/{len(examples)}; "
-        f"mean completion {lengths.mean():.1f} tokens; truncated {sum(t.truncated for t in trajectories)}/{len(trajectories)}"
+        f"mean completion {lengths.mean():.1f} tokens; truncated "
+        f"{sum(t.truncated for t in trajectories)}/{len(trajectories)}"
     )
     for name, value in module.environment.metrics(trajectories).items():
         print(f"{name:<20}{float(value):>8.3f}  (mean per trajectory)")

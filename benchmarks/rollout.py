@@ -256,7 +256,8 @@ def main() -> None:
         "--repeats",
         type=int,
         default=3,
-        help="multi-turn runs per environment and engine (each with its reference); the median is shown",
+        help="multi-turn runs per environment and engine (each with its reference); "
+        "the median is shown",
     )
     parser.add_argument(
         "--environments",
@@ -299,9 +300,9 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
     n = args.prompts * args.group_size
     first = next(iter(results.values()))
     print(
-        f"# SmolLM2-135M-Instruct, {torch.get_num_threads()} threads; single-turn: ARENA quickstart prompts "
-        f"(mean {first['single']['prompt']:.0f} tokens) x G {args.group_size}, {args.new_tokens} new tokens; "
-        f"multi-turn: {n} rows, at most {args.turns} turns"
+        f"# SmolLM2-135M-Instruct, {torch.get_num_threads()} threads; single-turn: ARENA "
+        f"quickstart prompts (mean {first['single']['prompt']:.0f} tokens) x G {args.group_size}, "
+        f"{args.new_tokens} new tokens; multi-turn: {n} rows, at most {args.turns} turns"
     )
     print()
     print("| engine | load s | single-turn s | single-turn tok/s |")
@@ -309,7 +310,8 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
     for name, r in results.items():
         s = r["single"]
         print(
-            f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | {s['tokens'] / s['seconds']:.1f} |"
+            f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | "
+            f"{s['tokens'] / s['seconds']:.1f} |"
         )
     for kind in kinds:
         print()
@@ -317,8 +319,10 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
         print()
         print(
             "| engine | multi-turn s | generations / row | multi-turn tok/s | reference tok/s "
-            "| multi-turn cost per token (each run) | tokens per engine step: multi-turn / reference "
-            "| prompt tokens computed per generated token: multi-turn / reference | time inside engine steps |"
+            "| multi-turn cost per token (each run) "
+            "| tokens per engine step: multi-turn / reference "
+            "| prompt tokens computed per generated token: multi-turn / reference "
+            "| time inside engine steps |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for name, r in results.items():
@@ -332,19 +336,21 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
             )
             inside = f"{100 * m['in_steps'] / m['seconds']:.0f}%" if m["steps"] else "-"
             prefill = (
-                f"{m['prefilled'] / m['tokens']:.1f} / {m['single_prefilled'] / m['single_tokens']:.1f}"
+                f"{m['prefilled'] / m['tokens']:.1f} / "
+                f"{m['single_prefilled'] / m['single_tokens']:.1f}"
                 if m["steps"] and m["single_steps"]
                 else "-"
             )
             print(
-                f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | {ref_rate:.1f} "
-                f"| {m['cost']:.2f}x ({costs}) | {occupancy} | {prefill} | {inside} |"
+                f"| {name} | {m['seconds']:.1f} | {m['per_row']:.2f} | {multi_rate:.1f} | "
+                f"{ref_rate:.1f} | {m['cost']:.2f}x ({costs}) | {occupancy} | {prefill} | "
+                f"{inside} |"
             )
     print()
     print(
-        f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size {args.group_size} "
-        f"--new-tokens {args.new_tokens} --turns {args.turns} --engines {args.engines} "
-        f"--environments {args.environments} --repeats {args.repeats}"
+        f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size "
+        f"{args.group_size} --new-tokens {args.new_tokens} --turns {args.turns} --engines "
+        f"{args.engines} --environments {args.environments} --repeats {args.repeats}"
     )
     if "hf" in results and "vllm" in results:
         rate = {k: r["single"]["tokens"] / r["single"]["seconds"] for k, r in results.items()}

@@ -107,15 +107,17 @@ def main(argv: list[str] | None = None) -> None:
     ]
     unshared = results[-1][1]
     print(
-        f"SmolLM2-135M, {args.precision}, gradient checkpointing {'on' if args.gradient_checkpointing else 'off'}: "
-        f"1 group of {args.samples} x ({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward"
+        f"SmolLM2-135M, {args.precision}, gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}: 1 group of {args.samples} x "
+        f"({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward"
     )
     print("| way | s | token positions | speed-up vs unshared |")
     print("|---|---|---|---|")
     for name, seconds, tokens in results:
         print(f"| {name} | {seconds:.1f} | {tokens:,} | {unshared / seconds:.2f}x |")
     print(
-        f"peak RSS of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+        "peak RSS of the process: "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
     )
     print(
         "command: python benchmarks/shared_prefix.py "

@@ -1,4 +1,5 @@
-"""Algorithm contract (docs/DESIGN.md step 4): trajectories + rewards -> a typed batch; log-probs -> loss.
+"""Algorithm contract (docs/DESIGN.md step 4): trajectories + rewards -> a typed batch;
+log-probs -> loss.
 
 An :class:`Algorithm` never generates text and imports nothing from Lightning (docs/STYLE.md 1). Its
 :meth:`~Algorithm.prepare` returns a :class:`Prepared` (a :class:`TrainBatch` and metrics); the
@@ -79,7 +80,8 @@ class PolicyLossConfig:
 
 #: ``(rewards [N], groups [N] (prompt group ids), scale_rewards) -> advantages [N]``
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, str], torch.Tensor]
-#: ``(logprobs [B, C] with grad, old_logprobs [B, C], advantages [B], mask [B, C], config) -> TokenLoss``
+#: ``(logprobs [B, C] with grad, old_logprobs [B, C], advantages [B], mask [B, C], config)
+#: -> TokenLoss``
 PolicyLossFn = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossConfig], TokenLoss
 ]

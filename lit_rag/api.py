@@ -45,7 +45,9 @@ Example, a reward package in a few lines::
 
     from lit_rag.api import Example, extract_tag
 
-    def brevity(completions: list[str], examples: list[Example], max_words: int = 20) -> list[float]:
+    def brevity(
+        completions: list[str], examples: list[Example], max_words: int = 20
+    ) -> list[float]:
         answers = [extract_tag(c, "answer") or "" for c in completions]
         return [1.0 if 0 < len(a.split()) <= max_words else 0.0 for a in answers]
 
@@ -239,7 +241,8 @@ def register_advantage(name: str | None = None) -> Callable[[Callable], Callable
 
 
 def register_policy_loss(name: str | None = None) -> Callable[[Callable], Callable]:
-    """Decorator: register a :data:`PolicyLossFn` in this process (verl's ``register_policy_loss``)."""
+    """Decorator: register a :data:`PolicyLossFn` in this process (verl's
+    ``register_policy_loss``)."""
     return _registrar("policy_loss", name)
 
 

@@ -79,7 +79,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Callable | None = lambda storage, loc: storage,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        """Lightning's ``torch.load`` of ``path``, with a readable error for a file that is not a checkpoint.
+        """Lightning's ``torch.load`` of ``path``, with a readable error for a file that is not a
+        checkpoint.
 
         Raises:
             InputError: ``path`` is missing, a folder, empty, truncated or not a torch checkpoint.
@@ -163,7 +164,8 @@ def check_checkpoint_file(path: _PATH) -> None:
     path = Path(path)
     if not path.exists():
         raise InputError(
-            f"checkpoint {path} does not exist; give the path of a .ckpt file (e.g. last.ckpt of the run)"
+            f"checkpoint {path} does not exist; "
+            "give the path of a .ckpt file (e.g. last.ckpt of the run)"
         )
     if path.is_dir():
         raise InputError(
@@ -192,12 +194,14 @@ def load_error(path: _PATH, exc: BaseException) -> InputError:
         path
     ):  # torch.save writes a zip; its directory is at the end
         return InputError(
-            f"checkpoint {path} is truncated or not a torch checkpoint ({path.stat().st_size} bytes, "
+            f"checkpoint {path} is truncated or not a torch checkpoint "
+            f"({path.stat().st_size} bytes, "
             f"no zip directory at its end; torch.load: {detail})"
         )
     if "Unsupported global" in detail:  # a complete file holding objects, not only tensors
         return InputError(
-            f"checkpoint {path} holds objects that torch.load(weights_only=True) refuses ({detail}); "
+            f"checkpoint {path} holds objects that torch.load(weights_only=True) refuses "
+            f"({detail}); "
             "load it with weights_only=False only if you trust its source"
         )
     return InputError(f"checkpoint {path} cannot be read by torch.load ({detail})")
@@ -219,7 +223,8 @@ def _detail(exc: BaseException, limit: int = 160) -> str:
 
 
 def use_atomic_checkpoints(trainer) -> None:
-    """Make ``trainer``'s checkpoint files atomic (what ``lit-rag fit`` does after building the Trainer).
+    """Make ``trainer``'s checkpoint files atomic (what ``lit-rag fit`` does after building the
+    Trainer).
 
     Installs :class:`AtomicCheckpointIO` as the strategy's checkpoint IO, unless the user
     configured one (a ``CheckpointIO`` plugin: kept as it is; an ``AsyncCheckpointIO`` without
@@ -259,7 +264,8 @@ def use_atomic_checkpoints(trainer) -> None:
 
 
 def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
-    """``ModelCheckpoint._link_checkpoint`` (``save_last="link"``) with the new link renamed over the old.
+    """``ModelCheckpoint._link_checkpoint`` (``save_last="link"``) with the new link renamed over
+    the old.
 
     The link is made under a staging name and ``os.replace``-d onto ``linkpath``, so
     ``last.ckpt`` points at the previous checkpoint or the new one, never at nothing. Where

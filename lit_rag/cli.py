@@ -381,7 +381,10 @@ def _unknown_option(text: str, path: str, option: str) -> str:
         ValueError,
     ):  # not imported or no signature: no list
         return f"{key}.init_args: '{option}' is not an argument of {name}"
-    return f"{key}.init_args: '{option}' is not an argument of {name}; it takes: {', '.join(takes) or 'none'}"
+    return (
+        f"{key}.init_args: '{option}' is not an argument of {name}; "
+        f"it takes: {', '.join(takes) or 'none'}"
+    )
 
 
 #: parser settings for the main parser and each subcommand's: errors raise (printed as one line

@@ -32,7 +32,8 @@ NOISE = (
     r"`torch\.distributed\.reduce_op` is deprecated",  # vLLM's triton_utils
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's _pytree
     r"It is recommended to use `self\.log\(",  # Lightning: sync_dist advice (one process here)
-    r"Using ModelCheckpoint with manual optimization",  # the checkpoint holds the post-step state, as meant
+    # the checkpoint holds the post-step state, as meant
+    r"Using ModelCheckpoint with manual optimization",
     r"Precision .* is not supported by the model summary",  # Lightning's summary estimate
     r"The number of training batches .* is smaller than the logging interval",
 )

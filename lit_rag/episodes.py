@@ -282,7 +282,8 @@ class EpisodeLoop:
             self._searches.append((e, request))
         else:
             raise TypeError(
-                f"handler of state {e.state!r} returned {request!r}; expected Generate, Search or None"
+                f"handler of state {e.state!r} returned {request!r}; "
+                "expected Generate, Search or None"
             )
         started, self._started = self._started, []
         for other in started:  # episodes the handler started (``start``)

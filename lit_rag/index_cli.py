@@ -4,7 +4,8 @@
     lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
     lit-rag index eval indexes/wiki-bm25 --data hotpot_dev.json -k 1 5 10
     lit-rag index serve indexes/wiki-bm25 --host 127.0.0.1 --port 8000
-    lit-rag index import --faiss e5_Flat.index --corpus wiki-18.jsonl --encoder intfloat/e5-base-v2 --out indexes/wiki18-e5
+    lit-rag index import --faiss e5_Flat.index --corpus wiki-18.jsonl \\
+        --encoder intfloat/e5-base-v2 --out indexes/wiki18-e5
 
 A build writes beside ``--out`` and swaps the finished index into place under a lock
 (:mod:`lit_rag.retrieval.storage`). ``search`` and ``eval`` open the retriever the manifest
@@ -51,7 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--corpus",
         required=True,
-        help="FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, or synthetic[:SEED] (the bundled world)",
+        help=(
+            "FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, "
+            "or synthetic[:SEED] (the bundled world)"
+        ),
     )
     build.add_argument("--format", default="auto", help="corpus format (default: auto)")
     build.add_argument(
@@ -108,7 +112,10 @@ def _parser() -> argparse.ArgumentParser:
 def _add_import(sub: argparse._SubParsersAction) -> None:
     imp = sub.add_parser(
         "import",
-        help="a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index (no re-encoding)",
+        help=(
+            "a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index "
+            "(no re-encoding)"
+        ),
     )
     imp.add_argument(
         "--faiss",
@@ -118,18 +125,26 @@ def _add_import(sub: argparse._SubParsersAction) -> None:
     imp.add_argument(
         "--corpus",
         required=True,
-        help="the FlashRAG corpus JSONL it was built from, faiss row i = line i, e.g. wiki-18.jsonl",
+        help=(
+            "the FlashRAG corpus JSONL it was built from, faiss row i = line i, e.g. wiki-18.jsonl"
+        ),
     )
     imp.add_argument(
         "--encoder",
         required=True,
-        help="the encoder it was built with: hub id (intfloat/e5-base-v2) or local path; recorded, not loaded",
+        help=(
+            "the encoder it was built with: hub id (intfloat/e5-base-v2) or local path; "
+            "recorded, not loaded"
+        ),
     )
     imp.add_argument("--out", required=True, help="index folder to write")
     imp.add_argument(
         "--query-prefix",
         default=None,
-        help='prepended to queries (default from the encoder name, as Search-R1: e5 "query: ", bge its instruction)',
+        help=(
+            'prepended to queries (default from the encoder name, as Search-R1: e5 "query: ", '
+            "bge its instruction)"
+        ),
     )
     imp.add_argument(
         "--passage-prefix",
@@ -293,7 +308,8 @@ def build(args: argparse.Namespace, extra: list[str]) -> None:
         retriever.build(passages)
         retriever.save(folder)
     print(
-        f"indexed {len(passages)} passages with {args.retriever} in {time.perf_counter() - started:.1f} s -> {args.out}"
+        f"indexed {len(passages)} passages with {args.retriever} "
+        f"in {time.perf_counter() - started:.1f} s -> {args.out}"
     )
 
 
@@ -323,7 +339,8 @@ def evaluate(args: argparse.Namespace) -> dict:
     examples = [ex for ex in read_examples(args.data, args.format) if ex.gold_ids]
     if not examples:
         raise InputError(
-            f"{args.data}: no example has gold passage ids; eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids"
+            f"{args.data}: no example has gold passage ids; "
+            "eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids"
         )
     retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
     depth = max(args.k)

@@ -1,9 +1,12 @@
-"""Reward contract (docs/DESIGN.md step 3): trajectories + their examples -> :class:`RewardBreakdown`.
+"""Reward contract (docs/DESIGN.md step 3): trajectories + their examples ->
+:class:`RewardBreakdown`.
 
 A reward is a :class:`Reward` subclass, or a plain function (docs/STYLE.md 14, as TRL's
 ``reward_funcs``)::
 
-    def brevity(completions: list[str], examples: list[Example], max_words: int = 20) -> list[float]:
+    def brevity(
+        completions: list[str], examples: list[Example], max_words: int = 20
+    ) -> list[float]:
         return [1.0 if len(c.split()) <= max_words else 0.0 for c in completions]
 
 registered under the entry-point group ``lit_rag.rewards`` like a class, and named in a recipe
@@ -122,7 +125,8 @@ class FunctionReward(Reward):
         if unknown or "trajectories" in self.kwargs:
             allowed = ", ".join(n for n in named if n != "trajectories") or "none"
             raise InputError(
-                f"reward '{label}' got unknown argument(s) {unknown or ['trajectories']}; it takes: {allowed}"
+                f"reward '{label}' got unknown argument(s) {unknown or ['trajectories']}; "
+                f"it takes: {allowed}"
             )
         self.weights = dict(weights or {})
 

@@ -47,7 +47,8 @@ class ProgressiveForest(Callback):
         datamodule = trainer.datamodule
         if datamodule is None or not getattr(datamodule, "forest", False):
             raise ValueError(
-                "ProgressiveForest needs data.forest: true (and trainer.reload_dataloaders_every_n_epochs: 1)"
+                "ProgressiveForest needs data.forest: true "
+                "(and trainer.reload_dataloaders_every_n_epochs: 1)"
             )
         return datamodule
 

@@ -65,7 +65,10 @@ class RunHeader(Callback):
         )
         shape = f" of {batch} prompts x {pl_module.group_size} samples" if batch else ""
         logs = trainer.log_dir or trainer.default_root_dir
-        first = f"lit-rag fit: {model}, {method}, engine {engine}, {processes} ({strategy}), {length}{shape}"
+        first = (
+            f"lit-rag fit: {model}, {method}, engine {engine}, "
+            f"{processes} ({strategy}), {length}{shape}"
+        )
         return [first, f"  logs: {logs}   checkpoints: {checkpoint_dir(trainer)}"]
 
     @rank_zero_only

@@ -93,13 +93,15 @@ class KLMonitor(Callback):
         logs = {"kl/global_mean": mean, "kl/global_max": peak}
         if self.warn_above is not None and mean > self.warn_above:
             rank_zero_warn(
-                f"KL to the reference is {mean:.4f} (> warn_above {self.warn_above}) at step {trainer.global_step}"
+                f"KL to the reference is {mean:.4f} (> warn_above {self.warn_above}) "
+                f"at step {trainer.global_step}"
             )
         if self.stop_above is not None:
             self.above = self.above + 1 if peak > self.stop_above else 0
             if self.above >= self.patience:
                 rank_zero_warn(
-                    f"stopping: max KL {peak:.4f} > stop_above {self.stop_above} for {self.above} step(s)"
+                    f"stopping: max KL {peak:.4f} > stop_above {self.stop_above} "
+                    f"for {self.above} step(s)"
                 )
                 trainer.should_stop = True
         algorithm = pl_module.algorithm

@@ -7,9 +7,10 @@ epoch". In Lightning terms:
 
 - a policy epoch is an epoch of the ``PolicyModule`` fit (rollout -> DPO on sibling pairs,
   every step);
-- after every training step this callback takes the step's rollout (the :class:`~lit_rag.step.StepOutput` in ``outputs``)
-  and keeps the sibling pairs that took different actions at their state and whose weighted
-  returns differ by at least ``threshold`` (Delta = 0.3, Section 3.3); a pair's texts are the
+- after every training step this callback takes the step's rollout (the
+  :class:`~lit_rag.step.StepOutput` in ``outputs``) and keeps the sibling pairs that took
+  different actions at their state and whose weighted returns differ by at least ``threshold``
+  (Delta = 0.3, Section 3.3); a pair's texts are the
   trajectory prefixes ``(s_t, a_t)`` (``view: prefix``; ``branch`` adds the rest of the
   branch), with per-component signs for the ``per_component`` objective;
 - at the end of every policy epoch it fits the :class:`RewardModelModule` for ``epochs`` epochs
@@ -78,7 +79,8 @@ class AlternatingRewardModel(Callback):
     ) -> None:
         if epochs < 1 or batch_size < 1 or not 0.0 <= val_fraction < 1.0:
             raise ValueError(
-                f"AlternatingRewardModel epochs and batch_size must be >= 1 and val_fraction in [0, 1); "
+                "AlternatingRewardModel epochs and batch_size must be >= 1 "
+                "and val_fraction in [0, 1); "
                 f"got {epochs}, {batch_size}, {val_fraction}"
             )
         if view not in VIEWS:

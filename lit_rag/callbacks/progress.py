@@ -6,7 +6,8 @@ Lightning's rich bar then reads "Epoch 0/-2" (it prints ``max_epochs - 1``). Thi
 "Epoch 0 · 24 steps" there and keeps Lightning's text otherwise. Above the bar, each step leaves
 one line: reward (and its components), KL, and where the step's time went::
 
-    step 3/24 · reward 1.41 (format 0.91, relevance 0.50, accuracy 0.00) · kl 0.0021 · rollout 3.1 s · update 8.5 s · sync 0.35 s
+    step 3/24 · reward 1.41 (format 0.91, relevance 0.50, accuracy 0.00) · kl 0.0021
+        · rollout 3.1 s · update 8.5 s · sync 0.35 s
 
 ``lit-rag`` puts it in place of Lightning's default rich bar; a recipe's own progress bar is
 left alone.

@@ -340,7 +340,8 @@ class QADataModule(L.LightningDataModule):
             examples = read_examples(source, format=self.format)[:cap]
             if not examples:  # an empty run would end at once, "successfully"
                 raise DatasetFormatError(
-                    f"data.{split} '{source}' holds no examples (the file is empty or only whitespace); "
+                    f"data.{split} '{source}' holds no examples "
+                    "(the file is empty or only whitespace); "
                     "give a file with at least one question"
                 )
         examples = [limit_references(ex, self.max_references) for ex in examples]
@@ -430,7 +431,8 @@ class QADataModule(L.LightningDataModule):
         if self.forest:
             if trainer is not None and trainer.reload_dataloaders_every_n_epochs != 1:
                 raise ValueError(
-                    "data.forest needs trainer.reload_dataloaders_every_n_epochs: 1 (each epoch is one "
+                    "data.forest needs trainer.reload_dataloaders_every_n_epochs: 1 "
+                    "(each epoch is one "
                     f"forest iteration); got {trainer.reload_dataloaders_every_n_epochs}"
                 )
             epoch = trainer.current_epoch if trainer is not None else 0

@@ -100,7 +100,8 @@ def _check_surrogates(where: str, record: Any) -> None:
             except UnicodeEncodeError as err:
                 field = f" field '{key}'" if key else ""
                 raise DatasetFormatError(
-                    f"{where}:{field} holds a lone surrogate ({value[err.start]!r}), which is not Unicode text; "
+                    f"{where}:{field} holds a lone surrogate ({value[err.start]!r}), "
+                    "which is not Unicode text; "
                     "fix or drop the row"
                 ) from None
         elif isinstance(value, dict):

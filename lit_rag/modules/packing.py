@@ -105,8 +105,9 @@ def block_mask(layout: Layout, span: int, device: torch.device | str = "cpu") ->
 def split_rows(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int
 ) -> list[tuple[tuple[int, ...], list[int]]]:
-    """``(prompt tokens, completion tokens)`` of each row of a :class:`~lit_rag.algorithm.TrainBatch`
-    layout (prompts left-padded, completions right-padded from column ``P = total - width``)."""
+    """``(prompt tokens, completion tokens)`` of each row of a
+    :class:`~lit_rag.algorithm.TrainBatch` layout (prompts left-padded, completions right-padded
+    from column ``P = total - width``)."""
     prompt_width = input_ids.shape[1] - width
     ids, mask = input_ids.tolist(), attention_mask.bool().tolist()
     out = []

@@ -1,4 +1,5 @@
-"""``PolicyModule``: one RL step of the GRPO family as a LightningModule (docs/DESIGN.md, steps 1-6).
+"""``PolicyModule``: one RL step of the GRPO family as a LightningModule
+(docs/DESIGN.md, steps 1-6).
 
 The module owns the policy (and its reference) and the optimization; the environment, reward,
 algorithm and rollout engine are plugins chosen in the recipe.
@@ -103,15 +104,18 @@ class PolicyModule(LightningModule):
         super().__init__()
         if group_size < 1 or (micro_batch_size is not None and micro_batch_size < 1):
             raise ValueError(
-                f"model group_size and micro_batch_size must be >= 1, got {group_size}, {micro_batch_size}"
+                "model group_size and micro_batch_size must be >= 1, "
+                f"got {group_size}, {micro_batch_size}"
             )
         if micro_batch_tokens is not None and micro_batch_tokens < 1:
             raise ValueError(
-                f"model micro_batch_tokens must be >= 1 or null (rows only), got {micro_batch_tokens}"
+                "model micro_batch_tokens must be >= 1 or null (rows only), "
+                f"got {micro_batch_tokens}"
             )
         if lr < 0 or weight_decay < 0 or warmup_steps < 0:
             raise ValueError(
-                f"model lr, weight_decay and warmup_steps must be >= 0, got {lr}, {weight_decay}, {warmup_steps}"
+                "model lr, weight_decay and warmup_steps must be >= 0, "
+                f"got {lr}, {weight_decay}, {warmup_steps}"
             )
         if not 0.0 <= warmup_ratio < 1.0 or (warmup_ratio and warmup_steps):
             raise ValueError(
@@ -453,7 +457,8 @@ class PolicyModule(LightningModule):
         return metrics
 
     def _optimizer_step(self, optimizer, scheduler, rates: list[float]) -> None:
-        """Clip the accumulated gradient, step, clear it; ``rates`` gets the step's learning rate."""
+        """Clip the accumulated gradient, step, clear it; ``rates`` gets the step's learning
+        rate."""
         if self.max_grad_norm is not None:
             if is_sharded(self.model):  # the norm over all shards (FSDP's own clipping)
                 self.model.clip_grad_norm_(self.max_grad_norm)
@@ -618,7 +623,8 @@ class PolicyModule(LightningModule):
         )
 
     def _apply_stored_schedule(self) -> None:
-        """A resumed run follows the plan its checkpoint was made with (see :func:`keep_stored_plan`)."""
+        """A resumed run follows the plan its checkpoint was made with (see
+        :func:`keep_stored_plan`)."""
         if self._stored_schedule is not None and self._schedule is not None:
             keep_stored_plan(self._stored_schedule, self._schedule)
             self._stored_schedule = None

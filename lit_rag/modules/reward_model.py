@@ -204,7 +204,8 @@ class RewardModelModule(L.LightningModule):
             )
         if objective not in OBJECTIVES:
             raise ValueError(
-                f"reward model objective '{objective}' is not known; allowed: {', '.join(OBJECTIVES)}"
+                f"reward model objective '{objective}' is not known; "
+                f"allowed: {', '.join(OBJECTIVES)}"
             )
         self.objective = objective
         self.encoder_config = encoder
@@ -264,7 +265,8 @@ class RewardModelModule(L.LightningModule):
             missing = sum("signs" not in row for row in batch)
             if missing:
                 raise ValueError(
-                    f"reward model objective per_component needs 'signs' in every pair; {missing} lack it"
+                    "reward model objective per_component needs 'signs' in every pair; "
+                    f"{missing} lack it"
                 )
             signs = torch.tensor(
                 [row["signs"] for row in batch], dtype=torch.float32, device=chosen.device

@@ -19,7 +19,8 @@ def lr_factor(step: int, kind: str, warmup: int, total: int) -> float:
     """The multiplier of the peak learning rate at optimizer step ``step`` (0-based).
 
     Linear warm-up over ``warmup`` steps ((step + 1) / warmup), then ``constant`` 1, ``cosine``
-    0.5 (1 + cos(pi p)) or ``linear`` 1 - p, with p = (step - warmup) / (total - warmup) capped at 1.
+    0.5 (1 + cos(pi p)) or ``linear`` 1 - p, with p = (step - warmup) / (total - warmup) capped
+    at 1.
     """
     if warmup and step < warmup:
         return (step + 1) / warmup
@@ -75,8 +76,10 @@ def keep_stored_plan(stored: dict, plan: dict) -> None:
     if any(stored[key] != plan[key] for key in matters):
         ends = stored["kind"] != "constant" and plan["total"] > stored["total"]
         rank_zero_warn(
-            f"resuming a {stored['kind']} learning-rate schedule planned for {stored['total']} optimizer steps "
-            f"(warm-up {stored['warmup']}); this run's settings plan {plan['kind']}, {plan['total']} steps "
+            f"resuming a {stored['kind']} learning-rate schedule "
+            f"planned for {stored['total']} optimizer steps "
+            f"(warm-up {stored['warmup']}); "
+            f"this run's settings plan {plan['kind']}, {plan['total']} steps "
             f"(warm-up {plan['warmup']}): the schedule keeps the checkpoint's plan"
             + (f", so the rate is 0 after step {stored['total']}" if ends else "")
         )

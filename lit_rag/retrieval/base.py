@@ -106,7 +106,8 @@ def check_search_args(queries: list[str], k: int) -> None:
             query.encode("utf-8")
         except UnicodeEncodeError as err:
             raise ValueError(
-                f"query {query[:120]!r} holds {query[err.start]!r} at character {err.start}, a lone "
+                f"query {query[:120]!r} holds {query[err.start]!r} "
+                f"at character {err.start}, a lone "
                 "surrogate (invalid UTF-8 bytes); queries must be valid Unicode text"
             ) from None
 

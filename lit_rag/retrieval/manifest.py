@@ -153,7 +153,8 @@ class Manifest:
                     "null" if t is type(None) else t.__name__ for t in _FIELD_TYPES[name]
                 )
                 raise IndexCorruptError(
-                    f"{path}: field '{name}' must be {allowed}, got {type(value).__name__} {value!r:.40}"
+                    f"{path}: field '{name}' must be {allowed}, "
+                    f"got {type(value).__name__} {value!r:.40}"
                 )
         if data["passage_count"] < 0:
             raise IndexCorruptError(

@@ -197,7 +197,8 @@ class RolloutEngine(ABC):
         """Push the policy's new weights to the engine's copy, if it keeps one."""
 
     def metrics(self) -> dict[str, float]:
-        """Engine figures since the last call, logged with the step (e.g. ``time/weight_sync_s``)."""
+        """Engine figures since the last call, logged with the step (e.g.
+        ``time/weight_sync_s``)."""
         return {}
 
     def state_dict(self) -> dict:

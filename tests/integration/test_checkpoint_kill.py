@@ -51,7 +51,8 @@ PROBES = {
 
 
 def fit(ckpt_dir: Path, max_steps: int, save_last: str, ckpt_path: str | None = None) -> Recorder:
-    """The tiny fit of ``test_resume``, checkpointing every 2 steps, with lit-rag's checkpoint IO."""
+    """The tiny fit of ``test_resume``, checkpointing every 2 steps, with lit-rag's checkpoint
+    IO."""
     from lightning.pytorch import Trainer, seed_everything
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -114,7 +115,8 @@ class _KillingWriter:
 
 
 def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
-    """Install the probe: it fires inside the ``save_index``-th ``Trainer.save_checkpoint`` (or link)."""
+    """Install the probe: it fires inside the ``save_index``-th ``Trainer.save_checkpoint`` (or
+    link)."""
     from lightning.pytorch import Trainer
 
     saves = {"n": 0, "links": 0}

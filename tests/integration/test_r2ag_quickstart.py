@@ -38,7 +38,8 @@ def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
             "--data.num_val=2",
             "--model.environment.init_args.max_iterations=2",
             # keep flat groups: max_steps counts optimizer steps, and a batch whose groups all
-            # score alike is skipped by dynamic sampling (no step), so 2 steps could take many batches
+            # score alike is skipped by dynamic sampling (no step), so 2 steps could take many
+            # batches
             "--model.algorithm.init_args.dynamic_sampling_rounds=0",
             "--model.algorithm.init_args.drop_zero_variance_groups=false",
         ]

@@ -215,7 +215,8 @@ def test_schedule_resume_is_exact_and_keeps_its_plan(tmp_path, kind):
 def test_train_lr_is_the_rate_the_step_used(tmp_path):
     """Warm-up 2, constant, mu 1, lr 1e-2: optimizer step 1 uses factor (0 + 1) / 2 = 1/2, step 2
     uses (1 + 1) / 2 = 1 -> train/lr 0.5e-2 then 1e-2 (read after scheduler.step() it was 1e-2
-    twice: the next step's rate). With mu 2 a batch makes steps 0 and 1: mean (1/2 + 1) / 2 = 0.75."""
+    twice: the next step's rate). With mu 2 a batch makes steps 0 and 1: mean (1/2 + 1) / 2 =
+    0.75."""
     one = fit(tmp_path / "a", max_steps=2, mu=1, lr_schedule="constant", warmup_steps=2)
     assert [s["lr"] for s in one.steps] == pytest.approx([0.5e-2, 1e-2])
     two = fit(tmp_path / "b", max_steps=4, mu=2, lr_schedule="constant", warmup_steps=2)

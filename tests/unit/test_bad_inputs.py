@@ -26,9 +26,9 @@ ROW = {"id": "q1", "question": "Who founded Orbel Mills?", "answers": ["Ada Orbe
 
 @pytest.fixture(autouse=True)
 def _log_to_this_tests_stderr():
-    """Lightning adds a StreamHandler bound to the ``sys.stderr`` of the moment it is imported; under
-    pytest that is an earlier test's (closed) capture, which prints "--- Logging error ---" plus a
-    traceback of the logging module into this test's stderr."""
+    """Lightning adds a StreamHandler bound to the ``sys.stderr`` of the moment it is imported;
+    under pytest that is an earlier test's (closed) capture, which prints "--- Logging error ---"
+    plus a traceback of the logging module into this test's stderr."""
     import logging
     import sys
 

@@ -56,7 +56,8 @@ def test_warns_above_threshold():
 
 
 def test_adaptive_beta_by_hand():
-    # target 0.1, KL 0.2: e = clip(0.2/0.1 - 1, -0.2, 0.2) = 0.2; beta <- 0.1 * (1 + 0.1 * 0.2) = 0.102
+    # target 0.1, KL 0.2: e = clip(0.2/0.1 - 1, -0.2, 0.2) = 0.2;
+    # beta <- 0.1 * (1 + 0.1 * 0.2) = 0.102
     trainer, module = SimpleNamespace(should_stop=False, global_step=0), FakeModule(beta=0.1)
     monitor = KLMonitor(warn_above=None, target=0.1, adapt_rate=0.1)
     step(monitor, trainer, module, 0.2)

@@ -1,4 +1,5 @@
-"""Atomic checkpoint saves and one-line errors for broken checkpoint files (``lit_rag.checkpointing``).
+"""Atomic checkpoint saves and one-line errors for broken checkpoint files
+(``lit_rag.checkpointing``).
 
 The kill tests (a real fit killed mid-save) are in ``tests/integration/test_checkpoint_kill.py``;
 here each kind of broken file, the staging-file cleanup and the Trainer wiring.
@@ -41,7 +42,8 @@ def _saved(path: Path) -> bytes:
 
 
 def _garbled_pickle(path: Path) -> None:
-    """A complete zip whose ``data.pkl`` entry is garbage: the archive reads, the pickle does not."""
+    """A complete zip whose ``data.pkl`` entry is garbage: the archive reads, the pickle does
+    not."""
     data = bytearray(_saved(path))
     with zipfile.ZipFile(path) as archive:
         info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
@@ -261,7 +263,8 @@ def test_last_link_is_swapped_in_not_deleted_first(tmp_path, monkeypatch):
 
 
 def test_fit_ckpt_path_goes_through_the_plugin(tmp_path):
-    """``trainer.fit(ckpt_path=...)`` loads via strategy.load_checkpoint -> checkpoint_io.load_checkpoint."""
+    """``trainer.fit(ckpt_path=...)`` loads via strategy.load_checkpoint ->
+    checkpoint_io.load_checkpoint."""
     from lightning.pytorch import LightningModule
 
     class Tiny(LightningModule):

@@ -449,8 +449,8 @@ def test_fit_prints_a_header_and_the_report_command(tmp_path, monkeypatch, capsy
     main(["fit", "--config", str(TINY), "--trainer.max_steps=1", "--trainer.limit_val_batches=0"])
     out = capsys.readouterr().out
     assert (
-        "lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single device), "
-        "1 step of 2 prompts x 2 samples"
+        "lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single "
+        "device), 1 step of 2 prompts x 2 samples"
     ) in out
     assert "  logs: runs/tiny/version_0   checkpoints: runs/tiny/version_0/checkpoints" in out
     assert "lit-rag report runs/tiny/version_0   (plots and sample rollouts)" in out

@@ -155,7 +155,8 @@ def test_an_episode_whose_context_fills_the_window_ends_truncated(engine):
     assert (
         e.truncated
         and e.stop_reason
-        == f"context full: {WINDOW + 50 - 5 + len(e.turns[1].generation.token_ids)} tokens of {WINDOW}"
+        == f"context full: {WINDOW + 50 - 5 + len(e.turns[1].generation.token_ids)} "
+        f"tokens of {WINDOW}"
     )
     assert [len(t.prompt_ids) for t in e.turns] == [len(prompt), WINDOW - 5]
     assert e.turns[1].generation.token_ids.numel() <= 5

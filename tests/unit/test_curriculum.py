@@ -1,4 +1,5 @@
-"""CurriculumCallback: stage switch on a step count and on a plateau, checkpoint reload, final stop."""
+"""CurriculumCallback: stage switch on a step count and on a plateau, checkpoint reload, final
+stop."""
 
 from types import SimpleNamespace
 

@@ -230,7 +230,8 @@ def test_refilled_prompts_stay_out_of_the_next_forest():
         )
 
     rows = [sample(a, 0, "ga1"), sample(a, 0, "noise"), sample(b, 1, "gb1"), sample(b, 1, "noise")]
-    # a's samples prune to {ga1} and {} (root only): 2 trees; b's (the refill) to {gb1} and {}: 2 more
+    # a's samples prune to {ga1} and {} (root only): 2 trees; b's (the refill) to {gb1} and {}:
+    # 2 more
     env = RetrievalTreeEnvironment(retriever=None)
     for include, expected in (
         (False, {("a", ("ga1",)), ("a", ())}),
@@ -272,7 +273,8 @@ def test_validate_logs_k_and_map_of_the_top_t_tree(
             for p in prompts:
                 if "Evidences:\nnone" in self.tokenizer.decode(p):  # the root: 2 base, 1 predicted
                     reply = (
-                        "<think>a</think><base-Q>Orbel Mills paper company</base-Q><base-Q>boats Ardun</base-Q>"
+                        "<think>a</think><base-Q>Orbel Mills paper company</base-Q>"
+                        "<base-Q>boats Ardun</base-Q>"
                         "<predicted-Q>Mira Tolvan born engineer</predicted-Q>"
                     )
                 else:

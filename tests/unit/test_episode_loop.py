@@ -59,7 +59,10 @@ REWRITE_TEXTS = [
     "<search>boats Ardun</search>",
 ]
 TREE_TEXTS = [
-    "<think>a</think><base-Q>who founded Orbel Mills</base-Q><predicted-Q>Mira Tolvan born</predicted-Q>",
+    (
+        "<think>a</think><base-Q>who founded Orbel Mills</base-Q>"
+        "<predicted-Q>Mira Tolvan born</predicted-Q>"
+    ),
     "<think>b</think><base-Q>Kessa harbour region</base-Q>",
     "<think>c</think><base-Q>stop retrieval</base-Q>",
     "<think>d</think><base-Q>Vell Works boats</base-Q><base-Q>Ardun city</base-Q>",

@@ -116,7 +116,8 @@ def _old_grpo_advantages(
 
 
 def test_grpo_estimator_by_hand() -> None:
-    # group 0 [1, 3]: mean 2, sample std sqrt(2) = 1.41421 -> [-1, 1] / 1.41431 = [-0.70706, 0.70706]
+    # group 0 [1, 3]: mean 2, sample std sqrt(2) = 1.41421 ->
+    #   [-1, 1] / 1.41431 = [-0.70706, 0.70706]
     # group 1 [5, 5]: std 0 -> [0, 0] / 1e-4 = [0, 0]
     adv = grpo(torch.tensor([1.0, 3.0, 5.0, 5.0]), torch.tensor([0, 0, 1, 1]))
     assert adv.tolist() == pytest.approx([-1 / 1.4143136, 1 / 1.4143136, 0, 0], abs=1e-5)
@@ -245,9 +246,11 @@ def test_grpo_with_rloo_and_gspo_end_to_end() -> None:
     #   row 1: [0.2, 0.0]      -> s = exp(0.1) = 1.10517, A = -1.5: inside [0.8, 1.2]
     #                             L_1 = -min(-1.65776, -1.65776) = 1.65776
     #   row 2: [-0.3] * 3      -> s = exp(-0.3) = 0.74082 < 0.8, A = -1.5:
-    #                             L_2 = -min(0.74082 * -1.5, 0.8 * -1.5) = -min(-1.11123, -1.2) = 1.2
+    #                             L_2 = -min(0.74082 * -1.5, 0.8 * -1.5)
+    #                                 = -min(-1.11123, -1.2) = 1.2
     # loss = (L_0 + L_1 + L_2) / 3 = (-3 + 1.65776 + 1.2) / 3 = -0.04741
-    # gradient on each token: -A * s * w = row 0: -3 * 1 / 3 = -1; row 1: 1.5 * 1.10517 / 6 = 0.27629;
+    # gradient on each token: -A * s * w = row 0: -3 * 1 / 3 = -1;
+    #   row 1: 1.5 * 1.10517 / 6 = 0.27629;
     #   row 2: clipped, 0; padding: 0 (even where its log-prob is -inf)
     algo = GRPO(advantage="rloo", policy_loss="gspo", scale_rewards="none", beta=0.0)
     prepared = algo.prepare(

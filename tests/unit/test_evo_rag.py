@@ -69,7 +69,8 @@ def test_action_penalty_boundary_at_p_0_3():
         Step("search", "c", ["x"]),
     ]
     raw = r.step_rewards(EX, steps)
-    # overlaps: t=1 b vs a: -0 ; t=2 a2 vs {a, b}: -max(0.8, 0.6) = -0.8 ; t=3 c vs {a,b,a2}: -max(-0.6, 0.8, 0.0) = -0.8
+    # overlaps: t=1 b vs a: -0 ; t=2 a2 vs {a, b}: -max(0.8, 0.6) = -0.8 ;
+    # t=3 c vs {a,b,a2}: -max(-0.6, 0.8, 0.0) = -0.8
     assert raw["overlap"] == pytest.approx([0.0, 0.0, -0.8, -0.8])
     assert raw["action"] == [
         0.0,

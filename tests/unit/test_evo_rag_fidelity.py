@@ -328,7 +328,8 @@ def test_a_correct_answer_outscores_a_refusal_when_the_judge_says_the_evidence_s
     # Both episodes: t=0 a SEARCH that hits gold g1 (not g2): +1 x 2.0 - 1 x 0.02 = 1.98.
     # answer: 1.98 + (EM 1 + F1 1)/2 x 0.0625 - 0.0275 = 2.015
     # refuse, judge "enough" (g1 names Kessa): 1.98 - 1 x 0.5 - 0.0275 = 1.4525
-    # refuse, gold coverage 1/2 < 1 "not enough":  1.98 + 1 x 0.5 - 0.0275 = 2.4525 (the old inversion)
+    # refuse, gold coverage 1/2 < 1 "not enough":  1.98 + 1 x 0.5 - 0.0275 = 2.4525
+    # (the old inversion)
     answer, refuse = _episodes()
     judge = ChatJudgeVerifier(model="judge", base_url=judge_url, max_retries=0)
     returns = _reward(judge)([answer, refuse]).total.sum(-1)

@@ -1,5 +1,5 @@
-"""A reward as a plain function (docs/STYLE.md 14): :class:`FunctionReward` by hand, its checks on what
-the function returns and on the recipe's keyword arguments, and the CLI path: a function
+"""A reward as a plain function (docs/STYLE.md 14): :class:`FunctionReward` by hand, its checks on
+what the function returns and on the recipe's keyword arguments, and the CLI path: a function
 registered in this process, named in a recipe or on the command line like a class."""
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def test_list_function_is_one_component_named_after_it() -> None:
 
 
 def test_dict_function_is_a_weighted_sum_of_its_components() -> None:
-    # "Paris": short 1, polite 0; "Paris please": short 1, polite 1; "It is Paris please": short 0, polite 1
+    # "Paris": short 1, polite 0; "Paris please": short 1, polite 1;
+    # "It is Paris please": short 0, polite 1
     # weights {polite: 0.5} (short defaults to 1): totals [1 + 0, 1 + 0.5, 0 + 0.5] = [1, 1.5, 0.5]
     reward = FunctionReward(short_and_polite, weights={"polite": 0.5})
     out = reward([traj("Paris"), traj("Paris please"), traj("It is Paris please")])
@@ -112,7 +113,8 @@ def test_function_taking_trajectories_gets_them() -> None:
         ),
         (
             None,
-            "must return a list of numbers (or a dict of such lists); component 'bad' gave NoneType",
+            "must return a list of numbers (or a dict of such lists); "
+            "component 'bad' gave NoneType",
         ),
         (0.5, "component 'bad' gave float"),
         ({"fine": [1, 1], "broken": [1]}, "returned 1 value(s) for component 'broken'"),
@@ -163,7 +165,8 @@ def test_a_class_is_not_a_function() -> None:
 
 @pytest.fixture
 def registered():
-    """``h3_answer_words`` registered in this process (a reward package would use an entry point)."""
+    """``h3_answer_words`` registered in this process (a reward package would use an entry
+    point)."""
 
     @register_reward("h3_answer_words")
     def answer_words(

@@ -26,7 +26,8 @@ def _modules(folder: str = "") -> list[Path]:
 
 
 def _lit_rag_imports(path: Path) -> set[str]:
-    """Every ``lit_rag`` module ``path`` imports (``from lit_rag import x`` counts as ``lit_rag.x``)."""
+    """Every ``lit_rag`` module ``path`` imports (``from lit_rag import x`` counts as
+    ``lit_rag.x``)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):

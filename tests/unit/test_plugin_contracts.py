@@ -171,7 +171,8 @@ def test_kl_monitor_adapts_only_a_declared_kl_coefficient():
     KLMonitor(warn_above=None, target=0.1).on_train_batch_end(trainer, dpo, outputs, None, 0)
     assert dpo.algorithm.beta == 0.1 and "kl/beta" not in dpo.logged[-1]
     grpo = Module(GRPO(beta=0.1))
-    # target 0.1, KL 0.2: e = clip(0.2 / 0.1 - 1, -0.2, 0.2) = 0.2; beta <- 0.1 * (1 + 0.1 * 0.2) = 0.102
+    # target 0.1, KL 0.2: e = clip(0.2 / 0.1 - 1, -0.2, 0.2) = 0.2;
+    # beta <- 0.1 * (1 + 0.1 * 0.2) = 0.102
     KLMonitor(warn_above=None, target=0.1, adapt_rate=0.1).on_train_batch_end(
         trainer, grpo, outputs, None, 0
     )

@@ -122,7 +122,8 @@ def test_plugin_scores_inside_the_composite(built) -> None:
         "I do not know.",
     ]
     out = built.model.reward([traj(t) for t in texts])
-    # recipe: arena weight 1.0; length_penalty weight 0.5, max_words 3; brevity weight 0.25, max_words 2
+    # recipe: arena weight 1.0; length_penalty weight 0.5, max_words 3; brevity weight 0.25,
+    # max_words 2
     # 1st: arena format 1 + accuracy 1 + relevance 1 + bonus 10 = 13; length 1 word <= 3 -> 1.0;
     #      brevity 1 word <= 2 -> 1.0; total = 1.0 * 13 + 0.5 * 1.0 + 0.25 * 1.0 = 13.75
     # 2nd: arena format 1, accuracy 0 ("it is in paris" != "paris"), relevance 0.5 ({1,2} vs {2}),

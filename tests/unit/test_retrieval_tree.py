@@ -169,7 +169,8 @@ def test_ap_credits_each_gold_document_once():
     assert old.components["ap"].tolist() == pytest.approx([4 / 3, 1 / 3])
     assert old.total.tolist() == pytest.approx([0.28667, 0.28667], abs=1e-5)
 
-    # Default (ap_hits="new"): a gold document credited before (prior or an earlier branch) is a miss.
+    # Default (ap_hits="new"): a gold document credited before (prior or an earlier branch) is a
+    # miss.
     #   repeat:  AP = 0 (g1 is known; every branch is a miss);  R = 0.2 * 0 + 0.2 * 0 + 0.02 = 0.02
     #   new one: AP = (1/1) / 3 = 1/3;  R = 0.2 * 1 + 0.2 * 1/3 + 0.02 = 0.28667
     out = R2AGReward()([repeat, new_one])
@@ -196,7 +197,8 @@ def test_pruning_keeps_gold_branches_and_dedupes(tiny_policy, retriever):
     _, tok = tiny_policy
     env = RetrievalTreeEnvironment(retriever, top_k=1, max_iterations=5)
     outputs = [
-        "<think>t</think><base-Q>who founded Orbel Mills</base-Q><base-Q>boats Ardun</base-Q>",  # g1 + noise
+        "<think>t</think><base-Q>who founded Orbel Mills</base-Q>"
+        "<base-Q>boats Ardun</base-Q>",  # g1 + noise
         "<think>t</think><base-Q>paper company Orbel Mills founder</base-Q>",  # g1 again
         "<think>t</think><base-Q>boats</base-Q>",  # noise only
         FIRST + "<base-Q>stop retrieval</base-Q>",  # all gold + stop: complete
@@ -334,7 +336,8 @@ def test_registered_and_bad_settings(retriever):
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% endif %}"
     "{% endif %}"
 )
 

@@ -330,7 +330,10 @@ def test_weight_names_peft_rules() -> None:
     ]
     assert checkpoint_name("lm_head.weight", is_peft=False) == "lm_head.weight"
     # FSDP and activation-checkpointing wrappers name no checkpoint tensor
-    wrapped = "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module._checkpoint_wrapped_module.mlp.up_proj.weight"
+    wrapped = (
+        "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module."
+        "_checkpoint_wrapped_module.mlp.up_proj.weight"
+    )
     assert checkpoint_name(wrapped, is_peft=False) == "model.layers.0.mlp.up_proj.weight"
 
 

@@ -1,4 +1,5 @@
-"""DPO over sibling branches (EVO-RAG, evo_rag.txt Sections 3.3-3.4, Algorithm 1; Rafailov et al., 2023).
+"""DPO over sibling branches (EVO-RAG, evo_rag.txt Sections 3.3-3.4, Algorithm 1; Rafailov et al.,
+2023).
 
 Pairs: trajectories that branch from the same state (``trajectory.meta["state"]``, else the
 prompt group) are siblings. At each state one pair is selected (Section 3.4, "at each state
@@ -143,7 +144,8 @@ class DPO(Algorithm):
         self.beta, self.margin, self.reference_free = beta, margin, reference_free
         self.selection, self.max_pairs = selection, max_pairs
         self.collect_steps, self.epochs, self.seed = collect_steps, epochs, seed
-        #: ``trajectories -> [N]`` preference scores; set by the reward-model callback (``wants_scorer``)
+        #: ``trajectories -> [N]`` preference scores; set by the reward-model callback
+        #: (``wants_scorer``)
         self.scorer: Callable[[list[Trajectory]], torch.Tensor] | None = None
         self.mu = 1
         self.stored: list[dict] = []  # {"chosen": row, "rejected": row, "gap": float}

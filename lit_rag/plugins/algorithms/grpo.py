@@ -20,8 +20,9 @@ DAPO options (Yu et al., 2025; R2AG Eq. 6 builds on them): asymmetric clip (``ep
 removes groups whose rewards are all equal, which carry no gradient; with
 ``dynamic_sampling_rounds`` > 0 the policy module samples extra prompts, as many as groups are
 missing, in at most that many rounds, to keep the batch full (DAPO Algorithm 1 samples whole
-batches; we sample the deficit), and ``prepare`` keeps at most the batch's number of groups), and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them
-out of it (DAPO's overlong filtering). R2AG instead zeroes their reward (the reward's job).
+batches; we sample the deficit), and ``prepare`` keeps at most the batch's number of groups),
+and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them out of it (DAPO's
+overlong filtering). R2AG instead zeroes their reward (the reward's job).
 std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
 
 Engine/trainer mismatch (``importance_sampling_cap``): a rollout engine such as vLLM samples
@@ -125,7 +126,8 @@ class GRPO(Algorithm):
             raise ValueError("grpo dynamic_sampling_rounds needs drop_zero_variance_groups: true")
         if loss_aggregation not in AGGREGATIONS:
             raise ValueError(
-                f"grpo loss_aggregation '{loss_aggregation}' is not known; allowed: {', '.join(AGGREGATIONS)}"
+                f"grpo loss_aggregation '{loss_aggregation}' is not known; "
+                f"allowed: {', '.join(AGGREGATIONS)}"
             )
         if scale_rewards not in SCALINGS:
             raise ValueError(
@@ -133,7 +135,8 @@ class GRPO(Algorithm):
             )
         if importance_sampling_cap is not None and importance_sampling_cap < 1:
             raise ValueError(
-                f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}"
+                "grpo importance_sampling_cap must be >= 1 (or null), "
+                f"got {importance_sampling_cap}"
             )
         if mu < 1 or mini_batches < 1:
             raise ValueError(f"grpo mu and mini_batches must be >= 1, got {mu}, {mini_batches}")

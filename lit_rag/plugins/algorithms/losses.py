@@ -24,7 +24,8 @@ def ppo_clip(
 ) -> TokenLoss:
     """PPO's clipped surrogate per token (GRPO, DeepSeekMath Eq. 3; DAPO's asymmetric clip):
 
-        ratio_t = pi(o_t) / pi_old(o_t),  L_t = -min(ratio_t A, clip(ratio_t, 1 - eps_low, 1 + eps_high) A)
+        ratio_t = pi(o_t) / pi_old(o_t),
+        L_t = -min(ratio_t A, clip(ratio_t, 1 - eps_low, 1 + eps_high) A)
 
     Example:
         ratio 1.5 with A = 1 and eps 0.2: L = -min(1.5, 1.2) = -1.2 (clipped: no gradient);
@@ -49,12 +50,14 @@ def gspo(
     """GSPO (Zheng et al., 2025, "Group Sequence Policy Optimization", Section 4.1-4.2): one
     importance ratio per sequence, the length-normalized sequence likelihood ratio
 
-        s_i = (pi(y_i) / pi_old(y_i)) ^ (1 / |y_i|) = exp(mean_t (log pi(y_i,t) - log pi_old(y_i,t))),
+        s_i = (pi(y_i) / pi_old(y_i)) ^ (1 / |y_i|)
+            = exp(mean_t (log pi(y_i,t) - log pi_old(y_i,t))),
 
-    clipped at the sequence level: ``L_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)``.
-    Written per token as GSPO-token (Section 4.3) with ``s_i,t = sg[s_i] pi(y_i,t) / sg[pi(y_i,t)]``:
-    every token's value is s_i and its gradient s_i grad log pi(y_i,t), so with ``sequence``
-    aggregation (1 / |y_i| per token, GSPO's own) the loss and gradient are the paper's.
+    clipped at the sequence level:
+    ``L_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i)``. Written per token as
+    GSPO-token (Section 4.3) with ``s_i,t = sg[s_i] pi(y_i,t) / sg[pi(y_i,t)]``: every token's
+    value is s_i and its gradient s_i grad log pi(y_i,t), so with ``sequence`` aggregation
+    (1 / |y_i| per token, GSPO's own) the loss and gradient are the paper's.
     Section 5.1 clips at eps_low 3e-4, eps_high 4e-4 (set ``epsilon`` / ``epsilon_high``).
 
     Example:

@@ -73,7 +73,8 @@ class HFEngine(RolloutEngine):
     def __init__(self, max_batch_size: int | None = None, fsdp_generation: str = "gather") -> None:
         if fsdp_generation not in FSDP_GENERATION:
             raise ValueError(
-                f"engine fsdp_generation '{fsdp_generation}' is not known; allowed: {', '.join(FSDP_GENERATION)}"
+                f"engine fsdp_generation '{fsdp_generation}' is not known; "
+                f"allowed: {', '.join(FSDP_GENERATION)}"
             )
         self.max_batch_size = max_batch_size
         self.fsdp_generation = fsdp_generation

@@ -61,8 +61,9 @@ and no episode waits for the slowest of its turn.
 
 Several training ranks (DDP, FSDP, DeepSpeed, one node or several): a vLLM on every rank, or
 on every group of ``tensor_parallel_size`` ranks, through vLLM's ``external_launcher`` executor
-(:mod:`lit_rag.plugins.engines.vllm_ranks`). Each rank pushes the weights it gathers into its own vLLM;
-a tensor-parallel group gathers its ranks' requests and serves them as one stream, and at the
+(:mod:`lit_rag.plugins.engines.vllm_ranks`). Each rank pushes the weights it gathers into its
+own vLLM; a tensor-parallel group gathers its ranks' requests and serves them as one stream, and
+at the
 end of a rollout (:meth:`VLLMEngine.generating`) a rank whose episodes are done keeps stepping
 with the others until the whole group is done, so ranks may take different numbers of turns.
 With tensor parallelism inside one process (one training rank, several GPUs) the weights travel
@@ -233,7 +234,8 @@ class VLLMEngine(RolloutEngine):
             )
         if self.lora_sync == "merge" and has_adapters(model) and is_quantized(model):
             raise ValueError(
-                "engine lora_sync 'merge' cannot merge into a quantized base; use lora_sync: adapter"
+                "engine lora_sync 'merge' cannot merge into a quantized base; "
+                "use lora_sync: adapter"
             )
         vllm_ranks.check_tensor_parallel(
             self.tensor_parallel_size, self.placement, getattr(model, "config", None)
@@ -284,8 +286,8 @@ class VLLMEngine(RolloutEngine):
 
         Every submission is one vLLM request (identical prompts share their prefill through
         prefix caching). In a tensor-parallel group of ranks this is a
-        collective (see :mod:`~lit_rag.plugins.engines.vllm_ranks`): rounds of gathering the ranks' new
-        requests and stepping, until some of this rank's own requests finish."""
+        collective (see :mod:`~lit_rag.plugins.engines.vllm_ranks`): rounds of gathering the ranks'
+        new requests and stepping, until some of this rank's own requests finish."""
         queued = self._take_queue()
         if queued and self._llm is None:  # built first: with several ranks it opens their group
             self._prepare()

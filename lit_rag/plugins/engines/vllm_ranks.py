@@ -1,4 +1,5 @@
-"""A vLLM on every training rank, or on every tensor-parallel group of ranks (docs/DESIGN.md, "Scale").
+"""A vLLM on every training rank, or on every tensor-parallel group of ranks
+(docs/DESIGN.md, "Scale").
 
 With several training processes (DDP, FSDP, DeepSpeed; one node or several, under Lightning's
 launcher, torchrun or SLURM) each process builds its own ``vllm.LLM`` with vLLM's

@@ -68,8 +68,8 @@ ACTIONS = ("search", "backtrack", "answer", "refuse")
 
 
 def parse_action(text: str) -> tuple[str, str]:
-    """(action, argument) of the first complete action tag after any ``</think>``; ``("invalid", "")``
-    when there is none. Never raises.
+    """(action, argument) of the first complete action tag after any ``</think>``;
+    ``("invalid", "")`` when there is none. Never raises.
 
     Example:
         >>> parse_action("<think>hop 1</think><search> Orbel Mills founder </search>")
@@ -154,7 +154,8 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
     ) -> None:
         if t_max < 1 or top_k < 1 or branch_states < 0:
             raise ValueError(
-                f"environment t_max and top_k must be >= 1 and branch_states >= 0; got {t_max}, {top_k}, {branch_states}"
+                "environment t_max and top_k must be >= 1 and branch_states >= 0; "
+                f"got {t_max}, {top_k}, {branch_states}"
             )
         self.retriever, self.top_k, self.t_max, self.branch_states = (
             retriever,

@@ -255,7 +255,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         if reader_max_new_tokens < 1 or reader_temperature < 0 or not 0 < reader_top_p <= 1:
             raise ValueError(
                 "environment reader_max_new_tokens must be >= 1, reader_temperature >= 0 and "
-                f"reader_top_p in (0, 1]; got {reader_max_new_tokens}, {reader_temperature}, {reader_top_p}"
+                "reader_top_p in (0, 1]; "
+                f"got {reader_max_new_tokens}, {reader_temperature}, {reader_top_p}"
             )
         if val_top_t is not None and val_top_t < 1:
             raise ValueError(
@@ -268,7 +269,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             )
         if reader_prompt and not all(f in reader_prompt for f in ("{documents}", "{question}")):
             raise ValueError(
-                f"environment reader_prompt must contain {{documents}} and {{question}}: {reader_prompt!r}"
+                "environment reader_prompt must contain {documents} and {question}: "
+                f"{reader_prompt!r}"
             )
         self.retriever = retriever
         self.top_k, self.val_top_k = top_k, val_top_k

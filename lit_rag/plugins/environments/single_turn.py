@@ -108,7 +108,8 @@ class SingleTurnEnvironment(Environment):
     ) -> None:
         if prompt_layout not in LAYOUTS:
             raise ValueError(
-                f"environment prompt_layout '{prompt_layout}' is not known; allowed: {', '.join(LAYOUTS)}"
+                f"environment prompt_layout '{prompt_layout}' is not known; "
+                f"allowed: {', '.join(LAYOUTS)}"
             )
         for key, template, fields in (
             ("user_template", user_template, ("{question}", "{references}")),

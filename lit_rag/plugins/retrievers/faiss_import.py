@@ -17,8 +17,8 @@ What the source tools do (Search-R1 ``search_r1/search/index_builder.py`` and
 What we do: read the corpus as ``flashrag`` (title and text split out of ``contents``), check
 that the index has one row per corpus line, and write ``passages.jsonl``, the faiss file (copied,
 or hard-linked with ``link=True``) and a manifest recording the encoder, prefixes and pooling;
-:class:`~lit_rag.plugins.retrievers.dense.DenseRetriever` then searches it with queries encoded as the
-source tool encodes them. Nothing is encoded at import and the encoder is never loaded.
+:class:`~lit_rag.plugins.retrievers.dense.DenseRetriever` then searches it with queries encoded
+as the source tool encodes them. Nothing is encoded at import and the encoder is never loaded.
 
 Where we depart, and why:
 

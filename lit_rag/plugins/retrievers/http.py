@@ -4,7 +4,8 @@ Search-R1 (``search_r1/search/retrieval_server.py``, PeterGriffinJin/Search-R1) 
 that verl, SkyRL, ROLL and rLLM speak, and that ``lit-rag index serve`` serves:
 
     POST /retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
-    ->  {"result": [[{"document": {"id": "0", "contents": "\\"Title\\"\\ntext"}, "score": 0.83}, ...],
+    ->  {"result": [[{"document": {"id": "0", "contents": "\\"Title\\"\\ntext"},
+                      "score": 0.83}, ...],
                     [...]]}
 
 one list per query, best first; without ``return_scores`` each entry is the document itself.
@@ -206,7 +207,8 @@ def _hit(entry: Any, rank: int, url: str) -> Hit:
             score = float(entry["score"])
     if not isinstance(document, dict):
         raise RetrieverResponseError(
-            f"retrieval server {url} returned a document that is not a JSON object: {str(entry)[:80]!r}"
+            f"retrieval server {url} returned a document that is not a JSON object: "
+            f"{str(entry)[:80]!r}"
         )
     return Hit(passage=_passage(document, url), score=score, rank=rank)
 

@@ -177,7 +177,8 @@ class HybridRetriever(IndexedRetriever):
         Args:
             directory: The index folder.
             encoder: Passed to each child whose ``load`` takes it (the dense child).
-            trust_manifest_encoder: Likewise (see :class:`~lit_rag.plugins.retrievers.dense.DenseRetriever`).
+            trust_manifest_encoder: Likewise (see
+                :class:`~lit_rag.plugins.retrievers.dense.DenseRetriever`).
 
         Raises:
             IndexNotFoundError: No index at ``directory``.

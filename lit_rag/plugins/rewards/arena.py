@@ -197,7 +197,8 @@ class ArenaReward(Reward):
         bonus_weight: Weight of the bonus component.
         bonus: Bonus value when format, accuracy and relevance are all 1.
         punctuation: How accuracy's normalization treats punctuation: ``space`` (ARENA's
-            release) or ``delete`` (SQuAD); see :func:`~lit_rag.plugins.rewards.qa.normalize_answer`.
+            release) or ``delete`` (SQuAD); see
+            :func:`~lit_rag.plugins.rewards.qa.normalize_answer`.
         format_check: ``release`` (ARENA's released ``format_score`` regex) or ``parts`` (the
             six tags once each, in order, whitespace around); see the module doc.
     """
@@ -214,7 +215,8 @@ class ArenaReward(Reward):
     ) -> None:
         if format_check not in FORMAT_CHECKS:
             raise ValueError(
-                f"arena format_check '{format_check}' is not known; allowed: {', '.join(FORMAT_CHECKS)}"
+                f"arena format_check '{format_check}' is not known; "
+                f"allowed: {', '.join(FORMAT_CHECKS)}"
             )
         self.bonus, self.format_check = bonus, format_check
         self.punctuation = check_punctuation(punctuation, "arena punctuation")

@@ -69,7 +69,8 @@ from lit_rag.api import (
     f1_score,
 )
 
-#: Component names, in the order of the paper's weight vector w = (beta, lambda, gamma, delta, rho, eta, kappa).
+#: Component names, in the order of the paper's weight vector
+#: w = (beta, lambda, gamma, delta, rho, eta, kappa).
 COMPONENTS = ("retrieval", "action", "overlap", "backtrack", "refusal", "step", "answer")
 
 #: Table 1: (start, mid, end) per component. Discovery: start -> mid; Refinement: mid -> end.
@@ -126,7 +127,9 @@ def judge_verdict(reply: str) -> bool:
     """True when the first ``yes`` / ``no`` word of a judge's reply is ``yes``; never raises.
 
     Example:
-        >>> judge_verdict("Yes, the second passage names him."), judge_verdict("No; yes would be wrong")
+        >>> judge_verdict("Yes, the second passage names him."), judge_verdict(
+        ...     "No; yes would be wrong"
+        ... )
         (True, False)
     """
     found = re.search(r"\b(yes|no)\b", reply or "", flags=re.IGNORECASE)
