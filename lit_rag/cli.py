@@ -434,6 +434,7 @@ USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
        lit-rag index {build,search,eval,serve,import} ...
        lit-rag report RUN_DIR [--out DIR]
        lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter]
+       lit-rag compare --config RECIPE CHECKPOINT [CHECKPOINT ...] [--json OUT]
        lit-rag plugins
 --verbose (or LIT_RAG_VERBOSE=1) also shows the warnings third-party libraries print on every run.
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
@@ -509,6 +510,11 @@ def main(argv: list[str] | None = None) -> None:
             from lit_rag.export import main as export_main
 
             export_main(args[1:])
+            return
+        if args[:1] == ["compare"]:
+            from lit_rag.compare import main as compare_main
+
+            compare_main(args[1:])
             return
         build_cli(args)
     except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type

@@ -665,7 +665,28 @@ class PolicyModule(LightningModule):
             "engine": self.engine,
         }
 
+    #: a checkpoint's weights were loaded since the engine last synced (``on_load_checkpoint``)
+    _restored: bool = False
+
+    def on_train_start(self) -> None:
+        self._sync_restored_weights()
+
+    def on_validation_start(self) -> None:
+        self._sync_restored_weights()
+
+    def on_test_start(self) -> None:
+        self._sync_restored_weights()
+
+    def _sync_restored_weights(self) -> None:
+        """The engine samples with the weights a checkpoint just loaded (Lightning loads them
+        after ``on_load_checkpoint``): an engine that already holds a copy, from an earlier
+        ``validate`` in the same process (``lit-rag compare``), would sample the old one."""
+        if self._restored:
+            self._restored = False
+            self.engine.sync_weights()
+
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._restored = True
         stored = checkpoint.get("lit_rag", {})
         for name, plugin in self._stateful_plugins().items():
             if stored.get(name) is not None:

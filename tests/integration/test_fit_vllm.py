@@ -154,3 +154,24 @@ def test_resume_with_the_vllm_engine_equals_uninterrupted(folder: str, tmp_path:
     for a, b in zip(full.steps[2:], resumed.steps):
         assert a["ids"] == b["ids"] and a["texts"] == b["texts"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+
+
+def test_validation_before_training_then_weight_sync(folder: str, tmp_path: Path) -> None:
+    """Lightning's sanity validation builds vLLM before any training step; every step's weight
+    sync then reloads it in place. (``lit-rag compare``'s second validation, where vLLM's
+    weights are inference tensors, is ``tests/integration/test_compare.py``.)"""
+    args = [
+        "--config", str(RECIPES / "tiny.yaml"),
+        "--model.policy.tiny=null", f"--model.policy.path={folder}",
+        "--model.engine=vllm", "--model.engine.init_args.dtype=float32",
+        "--model.engine.init_args.enforce_eager=true", "--model.engine.init_args.kv_cache_gib=0.25",
+        "--model.engine.init_args.max_model_len=1024",
+        "--model.reward=helpers.EvenTokenReward", "--model.lr=0.01",
+        "--trainer.num_sanity_val_steps=1", "--trainer.limit_val_batches=1",
+        f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+    ]  # fmt: skip
+    cli = build_cli(args, run=False)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    (metrics,) = tmp_path.rglob("metrics.csv")
+    steps = [r for r in csv.DictReader(metrics.open()) if r.get("reward/total")]
+    assert len(steps) == 2 and all(float(r["time/weight_sync_s"]) > 0 for r in steps)

@@ -560,12 +560,15 @@ class VLLMEngine(RolloutEngine):
         def weights():
             return self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
 
-        try:
-            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
-        except AttributeError as exc:  # a vLLM whose workers have no reload_weights
-            if "reload_weights" not in str(exc):
-                raise
-            self._llm.collective_rpc(load_and_process, args=(weights(),))
+        # a vLLM built inside Lightning's validation loop holds inference tensors, which only
+        # change in place under inference mode; those built while training do either way
+        with torch.inference_mode():
+            try:
+                self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
+            except AttributeError as exc:  # a vLLM whose workers have no reload_weights
+                if "reload_weights" not in str(exc):
+                    raise
+                self._llm.collective_rpc(load_and_process, args=(weights(),))
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""
