@@ -257,6 +257,16 @@ def _cli_class():
             except (ValueError, MisconfigurationException) as exc:
                 raise RecipeError(_argument_message(exc)) from None
 
+        def _run_subcommand(self, subcommand: str) -> None:
+            # Lightning checks val_check_interval against the epoch's batches once the data
+            # is read, with a ValueError: a recipe error, one line like the others
+            try:
+                super()._run_subcommand(subcommand)
+            except ValueError as exc:
+                if "`val_check_interval`" not in str(exc):
+                    raise
+                raise RecipeError(f"trainer.val_check_interval: {_one_line(exc)}") from None
+
         def after_instantiate_classes(self) -> None:
             from lit_rag.checkpointing import use_atomic_checkpoints
 

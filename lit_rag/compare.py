@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 
 from lit_rag.errors import InputError
@@ -77,13 +78,15 @@ def compare(
 
     for path in checkpoints:
         check_checkpoint_file(path)
+    # the recipe's ModelCheckpoint notes that a loaded checkpoint was written to another run's
+    # folder: true of every checkpoint compared, and nothing is saved here
+    warnings.filterwarnings("ignore", message="The dirpath has changed")
     cli = build_cli(
         [
             "--config",
             recipe,
             *(overrides or []),
             "--trainer.logger=false",
-            "--trainer.enable_checkpointing=false",
         ],
         run=False,
     )
@@ -127,12 +130,11 @@ def table(columns: dict[str, dict[str, float]]) -> str:
 
 
 def _short(label: str) -> str:
-    """A column title: ``untrained``, or a checkpoint's run folder and file name."""
+    """A column title: ``untrained``, or a checkpoint's run name, version and file name."""
     if label == UNTRAINED:
         return label
-    path = Path(label)
-    parts = [p for p in path.parts[-4:] if p != "checkpoints"]
-    return "/".join(parts[-2:])
+    parts = [p for p in Path(label).parts[-4:] if p != "checkpoints"]
+    return "/".join(parts[-3:])
 
 
 def _number(value: float | None) -> str:

@@ -79,6 +79,10 @@ def quiet() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoTip) for f in logger.filters):
             logger.addFilter(_NoTip())
+    # a filter sees only what its own logger logs, not its children's: these log from child
+    # loggers (bitsandbytes.backends.cpu.ops), or before vLLM configures its own (Triton's line)
+    for name in ("bitsandbytes", "vllm.triton_utils.importing"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     for name in ("bitsandbytes", "deepspeed", "DeepSpeed"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _ErrorsOnly) for f in logger.filters):

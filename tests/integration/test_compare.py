@@ -98,9 +98,9 @@ def test_table_and_json(tmp_path, capsys):
         "runs/a/version_0/checkpoints/last.ckpt": {"val/em": 0.1, "val/reward/total": 0.5},
     }
     assert table(columns).splitlines() == [
-        "metric            untrained  version_0/last.ckpt  change 1",
-        "val/em                0.000                0.100    +0.100",
-        "val/reward/total      0.250                0.500    +0.250",
+        "metric            untrained  a/version_0/last.ckpt  change 1",
+        "val/em                0.000                  0.100    +0.100",
+        "val/reward/total      0.250                  0.500    +0.250",
         "",
         "change i: column i minus untrained",
         "  1: runs/a/version_0/checkpoints/last.ckpt",

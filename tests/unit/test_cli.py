@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import one_line_error
 
 from lit_rag import cli, registry
 from lit_rag.api import Algorithm, Environment, Reward
@@ -481,3 +482,17 @@ def test_step_line_by_hand():
     )
     assert step_line(3, -1, {"reward/total": 0.5}) == "step 3 · reward 0.50"
     assert step_line(3, 24, {"train/loss": 0.5}) == ""
+
+
+def test_val_check_interval_past_the_epoch_is_one_line(tmp_path, monkeypatch, capsys):
+    """Lightning finds it only once the data is read (a ValueError in the fit loop)."""
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(
+        ["fit", "--config", str(TINY), "--trainer.max_steps=20", "--trainer.val_check_interval=12"],
+        capsys,
+    )
+    assert line.startswith(
+        "lit-rag: error: trainer.val_check_interval: `val_check_interval` (12) must be less than "
+        "or equal to the number of the training batches (8)."
+    )
+    assert line.endswith("set `check_val_every_n_epoch=None`.")
