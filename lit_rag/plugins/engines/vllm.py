@@ -558,17 +558,23 @@ class VLLMEngine(RolloutEngine):
 
         # vLLM's own worker processes (one trainer, several GPUs) get pickled CPU tensors
         def weights():
-            return self._weights() if in_process else [(n, t.cpu()) for n, t in self._weights()]
+            if in_process:
+                return _outside_inference_mode(self._weights())
+            return [(n, t.cpu()) for n, t in self._weights()]  # gathered before inference mode
 
         # a vLLM built inside Lightning's validation loop holds inference tensors, which only
-        # change in place under inference mode; those built while training do either way
-        with torch.inference_mode():
-            try:
-                self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights()})
-            except AttributeError as exc:  # a vLLM whose workers have no reload_weights
-                if "reload_weights" not in str(exc):
-                    raise
-                self._llm.collective_rpc(load_and_process, args=(weights(),))
+        # change in place under inference mode (those built while training change either way);
+        # the policy's tensors are gathered outside it (DeepSpeed ZeRO-3 writes its parameters)
+        try:
+            source = weights()
+            with torch.inference_mode():
+                self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": source})
+        except AttributeError as exc:  # a vLLM whose workers have no reload_weights
+            if "reload_weights" not in str(exc):
+                raise
+            source = weights()
+            with torch.inference_mode():
+                self._llm.collective_rpc(load_and_process, args=(source,))
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""
@@ -589,3 +595,18 @@ class VLLMEngine(RolloutEngine):
             peft_model.save_pretrained(path, state_dict=adapter)
         shutil.rmtree(os.path.join(self._adapter_dir, f"v{self._lora_id - 1}"), ignore_errors=True)
         return LoRARequest(f"policy-v{self._lora_id}", self._lora_id, path)
+
+
+def _outside_inference_mode(
+    weights: Iterator[tuple[str, torch.Tensor]],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``weights``, each item produced with inference mode off: the consumer (vLLM's reload)
+    runs under inference mode, the policy's gathering must not (ZeRO-3 gathers write into its
+    parameters, which must stay normal tensors for autograd)."""
+    iterator = iter(weights)
+    while True:
+        with torch.inference_mode(False):
+            item = next(iterator, None)
+        if item is None:
+            return
+        yield item
