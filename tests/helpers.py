@@ -237,3 +237,30 @@ def stop_index_server(process: subprocess.Popen, how: signal.Signals) -> tuple[i
     process.send_signal(how)
     out, err = process.communicate(timeout=30)
     return process.returncode, out, err
+
+
+#: ``lit-rag`` overrides per engine for a tiny model folder: ``hf``, or the real vLLM CPU build
+#: in fp32, eager, with a small KV cache
+TINY_ENGINES = {
+    "hf": [],
+    "vllm": [
+        "--model.engine=vllm",
+        "--model.engine.init_args.dtype=float32",
+        "--model.engine.init_args.enforce_eager=true",
+        "--model.engine.init_args.kv_cache_gib=0.25",
+    ],
+}
+
+
+def tiny_folder(folder: Path, window: int | None = None) -> str:
+    """A tiny random model saved as a Hugging Face folder (hidden 64, 2 layers, 2 heads: a head
+    count vLLM's tensor parallel 2 divides); ``window`` sets its ``max_position_embeddings``."""
+    from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+
+    config = ModelConfig(tiny=TinyConfig(hidden_size=64, num_layers=2, num_heads=2))
+    model = load_model(config)
+    if window is not None:
+        model.config.max_position_embeddings = window
+    model.save_pretrained(folder)
+    load_tokenizer(config).save_pretrained(folder)
+    return str(folder)

@@ -10,33 +10,22 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import one_line_error, require_package
+from helpers import TINY_ENGINES, one_line_error, require_package, tiny_folder
 from test_fit_tiny import isolated  # noqa: F401  (registry cleared, argv and cwd isolated)
 
 from lit_rag.cli import build_cli, main
 from lit_rag.compare import compare, table
-from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ENGINES = {
-    "hf": [],
-    "vllm": [
-        "--model.engine=vllm",
-        "--model.engine.init_args.dtype=float32",
-        "--model.engine.init_args.enforce_eager=true",
-        "--model.engine.init_args.kv_cache_gib=0.25",
-        "--model.engine.init_args.max_model_len=1024",
-    ],
+    **TINY_ENGINES,
+    "vllm": [*TINY_ENGINES["vllm"], "--model.engine.init_args.max_model_len=1024"],
 }
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny-compare")
-    config = ModelConfig(tiny=TinyConfig(hidden_size=64, num_layers=2, num_heads=2))
-    load_model(config).save_pretrained(path)
-    load_tokenizer(config).save_pretrained(path)
-    return str(path)
+    return tiny_folder(tmp_path_factory.mktemp("tiny-compare"))
 
 
 @pytest.fixture(autouse=True)
