@@ -105,6 +105,15 @@ class ContextLimit:
         """The most tokens a prompt may take."""
         return self.window - self.budget
 
+    def too_long(self, example_id: str, tokens: int, what: str = "", hint: str = "") -> InputError:
+        """The one line for a prompt of ``tokens`` that does not fit with the budget."""
+        return InputError(
+            f"example {example_id!r}: its {what}prompt is {tokens} tokens{hint}; with the "
+            f"{self.budget}-token budget (max_new_tokens) that is {tokens + self.budget}, over "
+            f"the engine's context window of {self.window} tokens; shorten the question, lower "
+            "max_new_tokens, or use a model with a longer context"
+        )
+
     @classmethod
     def of(cls, engine: RolloutEngine, params: SamplingParams) -> ContextLimit | None:
         """The limit of ``engine`` for ``params``; None when the engine knows no window."""
@@ -288,18 +297,11 @@ class Environment(ABC):
     def _too_long(
         self, example: Example, tokens: int, limit: ContextLimit, without_references: bool
     ) -> InputError:
-        what = "without any reference" if without_references else "with its references"
-        return InputError(
-            f"example {example.id!r}: its prompt is {tokens} tokens {what}; with the "
-            f"{limit.budget}-token budget (max_new_tokens) that is {tokens + limit.budget}, over "
-            f"the engine's context window of {limit.window} tokens; shorten the question, lower "
-            "max_new_tokens, or use a model with a longer context"
-            + (
-                ""
-                if without_references or self.context_overflow != "error"
-                else " (context_overflow: drop would leave out references)"
-            )
-        )
+        what = " without any reference" if without_references else " with its references"
+        error = limit.too_long(example.id, tokens, hint=what)
+        if without_references or self.context_overflow != "error":
+            return error
+        return InputError(f"{error} (context_overflow: drop would leave out references)")
 
     def trajectory(
         self,

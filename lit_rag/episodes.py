@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lit_rag.errors import InputError
+from lit_rag.environment import ContextLimit
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, Step
 
@@ -303,13 +303,8 @@ class EpisodeLoop:
         ):
             return request
         if not e.turns and not e.ids:  # the first prompt: nothing of the episode can go
-            raise InputError(
-                f"example {e.example.id!r}: its first prompt is {len(request.prompt)} tokens; with "
-                f"the {request.params.max_new_tokens}-token budget (max_new_tokens) that is "
-                f"{len(request.prompt) + request.params.max_new_tokens}, over the engine's context "
-                f"window of {self.window} tokens; shorten the question, lower max_new_tokens, or "
-                "use a model with a longer context"
-            )
+            limit = ContextLimit(self.window, request.params.max_new_tokens)
+            raise limit.too_long(e.example.id, len(request.prompt), what="first ")
         room = self.window - len(request.prompt)
         if room < 1:
             e.end(f"context full: {len(request.prompt)} tokens of {self.window}", truncated=True)
