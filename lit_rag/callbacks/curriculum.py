@@ -95,11 +95,11 @@ class CurriculumCallback(Callback):
         self._apply_stage(trainer, pl_module)
 
     def _reload_best(self, trainer, pl_module) -> None:
-        paths = [
-            c.best_model_path
-            for c in trainer.callbacks
-            if isinstance(c, ModelCheckpoint) and c.best_model_path
+        # a monitored checkpoint's best; an unmonitored one's "best" is only its latest
+        saved = [
+            c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.best_model_path
         ]
+        paths = [c.best_model_path for c in sorted(saved, key=lambda c: c.monitor is None)]
         if not paths:
             return
         state = torch.load(paths[0], map_location="cpu", weights_only=True)["state_dict"]

@@ -53,3 +53,25 @@ def test_arena_hotpotqa_cpu_fits_and_compares(tmp_path, monkeypatch, capsys):
     ]
     em = next(line.split() for line in lines if line.startswith("val/em "))
     assert len(em) == 4 and all(value.lstrip("+-").replace(".", "").isdigit() for value in em[1:])
+
+
+@pytest.mark.parametrize("recipe", ["r2ag_hotpotqa_cpu", "eval_rar_hotpotqa_cpu"])
+def test_search_recipes_on_hotpotqa_fit(recipe, tmp_path, monkeypatch):
+    """The two recipes that search data/hotpotqa/corpus.jsonl: the index is built on first
+    use in the run's folder, two steps train and the held-out validation is finite."""
+    monkeypatch.chdir(tmp_path)
+    data = ROOT / "data" / "hotpotqa"
+    main([
+        "fit", "--config", str(ROOT / "recipes" / f"{recipe}.yaml"),
+        f"--data.train={data / 'train80.json'}", f"--data.val={data / 'heldout30.jsonl'}",
+        f"--model.environment.init_args.retriever.init_args.corpus={data / 'corpus.jsonl'}",
+        "--data.num_val=2", "--data.val_batch_size=2", "--trainer.limit_val_batches=1",
+        *SMALL,
+    ])  # fmt: skip
+    assert (tmp_path / "indexes" / "hotpotqa-bm25").is_dir()
+    (path,) = (tmp_path / "runs").rglob("metrics.csv")
+    rows = list(csv.DictReader(path.open()))
+    # two optimizer steps; DAPO (R2AG) may roll out one more batch whose groups all dropped
+    assert len({r["step"] for r in rows if r.get("time/rollout_s")}) >= 2
+    assert_finite_metrics(rows)
+    assert any(r.get("val/em") for r in rows)

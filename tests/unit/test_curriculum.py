@@ -85,6 +85,21 @@ def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
     assert cur.stage == "refinement" and module.w.tolist() == [1.0, 2.0]
 
 
+def test_reload_prefers_the_monitored_checkpoint_over_a_latest_one(tmp_path):
+    """The EVO-RAG recipes keep two ModelCheckpoints: one monitoring val/em (the best) and one
+    unmonitored that writes last.ckpt every epoch; its best_model_path is only its latest."""
+    module = Module()
+    for name, value in (("latest.ckpt", [9.0, 9.0]), ("best.ckpt", [1.0, 2.0])):
+        torch.save({"state_dict": {"w": torch.tensor(value)}}, tmp_path / name)
+    latest = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    latest.best_model_path = str(tmp_path / "latest.ckpt")
+    best = ModelCheckpoint(dirpath=tmp_path, monitor="val/em", mode="max")
+    best.best_model_path = str(tmp_path / "best.ckpt")
+    cur = CurriculumCallback(switch_after_epochs=1, reload_best=True)
+    cur.on_train_epoch_end(trainer(latest, best, cur), module)  # the unmonitored one listed first
+    assert module.w.tolist() == [1.0, 2.0]
+
+
 def test_bad_settings():
     with pytest.raises(ValueError, match="needs switch_after_steps"):
         CurriculumCallback()

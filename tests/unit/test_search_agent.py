@@ -317,6 +317,35 @@ def test_answer_after_max_turns_is_searchr1s_final_generation(tiny_policy, retri
     assert env.metrics([traj])["answered"] == pytest.approx(0.0)
 
 
+def test_answer_prefix_starts_the_final_generation_masked(tiny_policy, retriever):
+    """``answer_prefix`` is inserted (loss mask 0) before the answer-only generation after the
+    last turn; the answer step and the reward read it with the policy's text."""
+    _, tok = tiny_policy
+    env = SearchAgentEnvironment(
+        retriever, max_turns=1, answer_after_max_turns=True, answer_prefix="<answer>"
+    )
+    calls = [
+        ["<search>Mira Tolvan born</search>"],
+        ["<evaluate>born in Kessa</evaluate>"],
+        [" Kessa </answer>"],
+    ]
+    (traj,), engine = run(env, tok, calls)
+    assert [s.action for s in traj.steps] == ["search", "evaluate", "answer"]
+    assert traj.steps[-1].text == "<answer> Kessa </answer>"
+    assert env.extract_answer(traj) == "Kessa"
+    assert engine.log[2][0][0].endswith("born in Kessa</evaluate><answer>")
+    prefix_ids = tok.encode("<answer>", add_special_tokens=False)
+    last = len(tok.encode(" Kessa </answer>", add_special_tokens=False))
+    mask = traj.loss_mask.tolist()
+    assert mask[-last:] == [1] * last  # the policy's answer is trained
+    assert mask[-last - len(prefix_ids) : -last] == [0] * len(prefix_ids)  # the prefix is not
+    assert tok.decode(traj.completion_ids).endswith("<answer> Kessa </answer>")
+
+    # without the final generation there is nothing to prefix: one line at construction
+    with pytest.raises(ValueError, match="answer_after_max_turns"):
+        SearchAgentEnvironment(retriever, answer_prefix="<answer>")
+
+
 def test_answer_written_inside_the_evaluation_records_the_evaluation(tiny_policy, retriever):
     """Row A: search, evaluate, search, then answers inside its 2nd evaluation; row B answers
     inside its 1st. Evaluation steps: A 2, B 1; mean evaluations = (2 + 1) / 2 = 1.5 (before

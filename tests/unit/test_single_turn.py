@@ -1,5 +1,7 @@
 """The single-turn environment: ARENA's Table 1 prompt, groups, prefix, answer extraction."""
 
+import zlib
+
 import pytest
 import torch
 
@@ -73,6 +75,35 @@ def test_example_output_goes_before_the_user_header(tiny_policy):
         ARENA_SYSTEM_PROMPT + "\nExample of a response:\n<answer>x</answer>\nUser:\n<question>"
         in text
     )
+
+
+def test_example_outputs_pick_one_per_question_from_its_id(tiny_policy):
+    _, tok = tiny_policy
+    outputs = [f"<answer>example {i}</answer>" for i in range(5)]
+    env = SingleTurnEnvironment(example_outputs=outputs)
+    examples = [
+        Example(id=f"q{i}", question="Who?", answers=["a"], references=EX.references)
+        for i in range(40)
+    ]
+    picks = [env.example_output_for(ex) for ex in examples]
+    assert picks == [outputs[zlib.crc32(f"q{i}".encode()) % 5] for i in range(40)]
+    assert set(picks) == set(outputs)  # 40 ids reach all five
+    text = env.build_prompt(examples[0], tok)
+    assert "Example of a response:\n" + picks[0] + "\nUser:" in text
+    assert sum(out in text for out in outputs) == 1
+    assert SingleTurnEnvironment(example_outputs=outputs).build_prompt(examples[0], tok) == text
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"example_output": "a", "example_outputs": ["b"]}, "both set"),
+        ({"example_outputs": ["a", ""]}, "non-empty strings"),
+    ],
+)
+def test_example_outputs_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SingleTurnEnvironment(**kwargs)
 
 
 def test_rollout_groups_and_prefix(tiny_policy):

@@ -136,6 +136,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         answer_after_max_turns: After ``max_turns`` turns, one more generation in which a
             complete answer counts and a search is not executed (Search-R1's released loop);
             False ends the episode there (Algorithm 1). See the module docstring.
+        answer_prefix: Text inserted (masked) before that answer-only generation, e.g.
+            ``"<answer>"``, so a small model's last generation is an answer; empty by default
+            (Search-R1 lets the policy write the tag). Needs ``answer_after_max_turns``.
     """
 
     def __init__(
@@ -156,7 +159,13 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         answer_tag: str = "answer",
         answer_after_max_turns: bool = False,
         chat_template_kwargs: dict | None = None,
+        answer_prefix: str = "",
     ) -> None:
+        if answer_prefix and not answer_after_max_turns:
+            raise ValueError(
+                "environment answer_prefix is inserted before the answer-only generation after "
+                "the last turn; set answer_after_max_turns: true with it, or leave it empty"
+            )
         if prompt_template is None:
             prompt_template = EVAL_RAR_PROMPT if evaluate else SEARCH_R1_PROMPT
         if "{question}" not in prompt_template:
@@ -195,6 +204,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         self.invalid_action_message = invalid_action_message
         self.answer_tag = answer_tag
         self.answer_after_max_turns = answer_after_max_turns
+        self.answer_prefix = answer_prefix
         self.chat_template_kwargs = chat_template_kwargs
 
     # ---- prompt ----------------------------------------------------------------------------
@@ -256,6 +266,10 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         if e.meta["turns"] < self.max_turns:
             return self._segment(loop, e, "act", ["</search>", "</answer>"])
         if self.answer_after_max_turns:  # the "final" state always ends the episode
+            if self.answer_prefix:
+                self._insert(loop, e, self.answer_prefix)
+                if e.done:
+                    return None
             return self._segment(loop, e, "final", ["</search>", "</answer>"])
         e.end("max_turns")
         return None
@@ -265,6 +279,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         if not self._accept(e, gen):
             return None
         text = gen.text if len(e.steps) else self.assistant_prefix + gen.text
+        if self.answer_prefix:
+            text = self.answer_prefix + gen.text
         if _last_action(text, ("search", "answer")) == "answer":
             e.steps.append(Step(action="answer", text=text))
             e.end("answer")

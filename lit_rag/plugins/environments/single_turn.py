@@ -18,10 +18,15 @@ inside the tags, "**User**:", "give some references"), which the paper's table d
 Departures, both off by default: ``assistant_prefix`` pre-fills the start of the assistant
 turn (the R1-style "<think>" trick) and ``example_output`` adds a worked output to the
 instruction. Small models (SmolLM2-135M) never produce the format unaided, which gives GRPO no
-signal; the CPU quickstart uses them and says so in its recipe.
+signal; the CPU quickstart uses them and says so in its recipe. With one fixed worked output a
+small policy learns to copy it word for word, which ARENA's format reward pays in full (measured
+on HotpotQA, issue 27); ``example_outputs`` gives each question one of several, chosen from its
+id, so a copy answers another question.
 """
 
 from __future__ import annotations
+
+import zlib
 
 from lit_rag.api import (
     Environment,
@@ -73,6 +78,9 @@ class SingleTurnEnvironment(Environment):
         reference_template: One reference, with ``{index}``, ``{title}``, ``{text}``.
         reference_separator: Between references.
         example_output: Appended to the system prompt after "Example of a response:".
+        example_outputs: Several worked outputs instead of one: each example's prompt shows the
+            one at ``crc32(example.id) % len(example_outputs)``, the same in every run and for
+            every sample of a group.
         assistant_prefix: Text that starts the assistant turn (part of the prompt; the reward
             reads it as the start of the completion).
         use_chat_template: Send messages through the tokenizer's chat template; False writes
@@ -98,6 +106,7 @@ class SingleTurnEnvironment(Environment):
         reference_template: str = ARENA_REFERENCE_TEMPLATE,
         reference_separator: str = "\n",
         example_output: str = "",
+        example_outputs: list[str] | None = None,
         assistant_prefix: str = "",
         use_chat_template: bool = True,
         answer_tag: str = "answer",
@@ -120,11 +129,21 @@ class SingleTurnEnvironment(Environment):
                 raise ValueError(
                     f"environment {key} must contain {', '.join(missing)}: {template!r}"
                 )
+        if example_output and example_outputs:
+            raise ValueError(
+                "environment example_output and example_outputs are both set; give one "
+                "worked output or a list of them"
+            )
+        if example_outputs is not None and not all(
+            isinstance(text, str) and text for text in example_outputs
+        ):
+            raise ValueError("environment example_outputs must be a list of non-empty strings")
         self.system_prompt = system_prompt
         self.user_template = user_template
         self.reference_template = reference_template
         self.reference_separator = reference_separator
         self.example_output = example_output
+        self.example_outputs = list(example_outputs or [])
         self.assistant_prefix = assistant_prefix
         self.use_chat_template = use_chat_template
         self.answer_tag = answer_tag
@@ -139,11 +158,19 @@ class SingleTurnEnvironment(Environment):
             for i, p in enumerate(references)
         )
 
+    def example_output_for(self, example: Example) -> str:
+        """The worked output this example's prompt shows ("" for none)."""
+        if not self.example_outputs:
+            return self.example_output
+        pick = zlib.crc32(example.id.encode("utf-8")) % len(self.example_outputs)
+        return self.example_outputs[pick]
+
     def build_prompt(self, example: Example, tokenizer) -> str:
         """The full prompt text for one example (chat template applied)."""
         system = self.system_prompt
-        if self.example_output:
-            system = f"{system}\nExample of a response:\n{self.example_output}"
+        worked = self.example_output_for(example)
+        if worked:
+            system = f"{system}\nExample of a response:\n{worked}"
         user = self.user_template.format(
             question=example.question, references=self.format_references(example.references)
         )
