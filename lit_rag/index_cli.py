@@ -334,7 +334,7 @@ def _check_query(query: str) -> None:
 def evaluate(args: argparse.Namespace) -> dict:
     from lit_rag.data.readers import read_examples
     from lit_rag.metrics.retrieval import FullRecallAtK, MeanAveragePrecision, RecallAtK
-    from lit_rag.retrieval.corpus import pooled_gold_ids
+    from lit_rag.retrieval.corpus import corpus_ids, pooled_gold_ids
 
     examples = [ex for ex in read_examples(args.data, args.format) if ex.gold_ids]
     if not examples:
@@ -343,6 +343,8 @@ def evaluate(args: argparse.Namespace) -> dict:
             "eval needs HotpotQA, 2Wiki, MuSiQue or lit-rag rows with gold_ids"
         )
     retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
+    # gold paragraphs are found in the index by title and text (MuSiQue repeats titles)
+    ids = corpus_ids(retriever.passages) if isinstance(retriever, IndexedRetriever) else None
     depth = max(args.k)
     metrics = {f"recall@{k}": RecallAtK(k) for k in args.k}
     metrics.update({f"full_recall@{k}": FullRecallAtK(k) for k in args.k})
@@ -355,7 +357,7 @@ def evaluate(args: argparse.Namespace) -> dict:
             for hits in retriever.search([ex.question for ex in batch], depth)
         ]
         for metric in metrics.values():
-            metric.update(ranked, [pooled_gold_ids(ex) for ex in batch])  # ids as in pooled corpora
+            metric.update(ranked, [pooled_gold_ids(ex, ids) for ex in batch])
     seconds = time.perf_counter() - started
     result = {name: round(float(m.compute()), 4) for name, m in metrics.items()}
     result["queries"] = len(examples)

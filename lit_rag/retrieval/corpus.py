@@ -6,8 +6,9 @@ Formats (``read_corpus(path, format=...)``):
   ``'"Title"\\ntext'`` (split at the first newline, quotes around the title stripped).
 - ``litrag``: our own corpus JSONL, ``{"id", "title", "text"}``, written by :func:`write_corpus`.
 - ``hotpotqa``, ``2wiki``, ``musique``: the pooled reference paragraphs of every example of a
-  QA file (read with :mod:`lit_rag.data.readers`), deduplicated by title (the first text
-  wins); a passage's id is its title, so the examples' ``gold_ids`` name corpus passages.
+  QA file (read with :mod:`lit_rag.data.readers`), one passage per distinct paragraph; its id is
+  its title (``"Title (2)"`` for a second paragraph under one title, as MuSiQue has).
+  :func:`pool_examples` renames the examples' references and ``gold_ids`` to those ids.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from lit_rag.data.readers import (
@@ -99,32 +101,88 @@ def _read_rows(path: str | Path, fmt: str) -> list[Passage]:
     return passages
 
 
-def pool_references(examples: Iterable[Example]) -> list[Passage]:
-    """The reference paragraphs of ``examples`` as one corpus, deduplicated by title.
+def pooled_ids(examples: Iterable[Example]) -> dict[tuple[str, str], str]:
+    """The corpus id of every distinct ``(title, text)`` among ``examples``' references.
 
-    The first text seen for a title wins and the passage id becomes the title, e.g. two
-    examples both citing ``"Paris"`` give one passage ``Passage("Paris", "Paris", <first text>)``.
+    A title's first text is the passage ``title``; a different text under the same title (MuSiQue
+    gives one title to several paragraphs) is ``"Title (2)"``, ``"Title (3)"``, ..., skipping
+    suffixed ids that are real titles. Order of first appearance.
     """
-    pooled: dict[str, Passage] = {}
+    examples = list(examples)
+    titles = {ref.title for example in examples for ref in example.references}
+    ids: dict[tuple[str, str], str] = {}
+    counts: dict[str, int] = {}
     for example in examples:
         for ref in example.references:
-            if ref.title not in pooled:
-                pooled[ref.title] = Passage(id=ref.title, title=ref.title, text=ref.text)
-    return list(pooled.values())
+            if (ref.title, ref.text) in ids:
+                continue
+            count = counts.get(ref.title, 0) + 1
+            pid = ref.title if count == 1 else f"{ref.title} ({count})"
+            while count > 1 and pid in titles:  # a real title already reads "X (2)"
+                count += 1
+                pid = f"{ref.title} ({count})"
+            counts[ref.title] = count
+            ids[(ref.title, ref.text)] = pid
+    return ids
 
 
-def pooled_gold_ids(example: Example) -> list[str]:
-    """The ids, in a pooled corpus, of an example's gold references (their titles).
+def pool_references(examples: Iterable[Example]) -> list[Passage]:
+    """The reference paragraphs of ``examples`` as one corpus, one passage per distinct text.
 
-    A reader gives a repeated title inside one example the id ``"Title (2)"``; the pooled
-    corpus keeps one passage per title, so that gold id maps to ``"Title"`` (MuSiQue has a few).
+    The id is the title (``"Title (2)"`` for a second text under one title, :func:`pooled_ids`),
+    e.g. two examples both citing the same ``"Paris"`` paragraph give one passage
+    ``Passage("Paris", "Paris", text)``.
     """
-    titles = {ref.id: ref.title for ref in example.references}
+    return [Passage(pid, title, text) for (title, text), pid in pooled_ids(examples).items()]
+
+
+def pool_examples(examples: Iterable[Example]) -> tuple[list[Passage], list[Example]]:
+    """:func:`pool_references`, and ``examples`` with references and gold ids renamed to it.
+
+    A retrieval method scores what it retrieves against ``gold_ids``, so its data must name
+    gold paragraphs by their corpus ids; a reader's per-example ``"Title (2)"`` need not be the
+    corpus's ``"Title (2)"``. References that pool into one passage are kept once.
+    """
+    examples = list(examples)
+    ids = pooled_ids(examples)
+    renamed: list[Example] = []
+    for example in examples:
+        to_corpus = {ref.id: ids[(ref.title, ref.text)] for ref in example.references}
+        references: dict[str, Passage] = {}
+        for ref in example.references:
+            references.setdefault(
+                to_corpus[ref.id], Passage(to_corpus[ref.id], ref.title, ref.text)
+            )
+        gold = list(dict.fromkeys(to_corpus.get(g, g) for g in example.gold_ids))
+        renamed.append(replace(example, references=list(references.values()), gold_ids=gold))
+    return [Passage(pid, title, text) for (title, text), pid in ids.items()], renamed
+
+
+def corpus_ids(passages: Iterable[Passage]) -> dict[tuple[str, str], str]:
+    """``(title, text) -> id`` of a corpus (the first id when a text repeats)."""
+    ids: dict[tuple[str, str], str] = {}
+    for passage in passages:
+        ids.setdefault((passage.title, passage.text), passage.id)
+    return ids
+
+
+def pooled_gold_ids(example: Example, ids: dict[tuple[str, str], str] | None = None) -> list[str]:
+    """The ids, in a corpus, of an example's gold references.
+
+    With ``ids`` (:func:`corpus_ids` of the corpus) a gold reference is found by its title and
+    text. Without it, or when its text is not in the corpus, by its title: a reader's
+    ``"Title (2)"`` maps to ``"Title"`` (other ids, e.g. ``w12``, stay as they are).
+    """
+    refs = {ref.id: ref for ref in example.references}
     out: list[str] = []
     for gold in example.gold_ids:
-        title = titles.get(gold)
-        # only "Title (2)"-style ids merge into their title; other ids (e.g. w12) stay as they are
-        pooled = title if title is not None and gold.startswith(f"{title} (") else gold
+        ref = refs.get(gold)
+        if ref is None:
+            pooled = gold
+        elif ids is not None and (ref.title, ref.text) in ids:
+            pooled = ids[(ref.title, ref.text)]
+        else:
+            pooled = ref.title if gold.startswith(f"{ref.title} (") else gold
         if pooled not in out:
             out.append(pooled)
     return out

@@ -128,3 +128,40 @@ def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files
             capsys.readouterr().err.strip()
             == f"lit-rag: error: -k: got {k}; expected an integer >= 1"
         )
+
+
+def test_eval_finds_a_repeated_title_by_its_text(tmp_path, capsys):
+    """MuSiQue gives one title to several paragraphs: eval credits the gold paragraph's text,
+    not its namesake. Corpus pooled from a MuSiQue-style file: "Orbel" twice, different texts."""
+    rows = [
+        {
+            "id": "q1",
+            "question": "Where was Mira Tolvan born?",
+            "answer": "Kessa",
+            "paragraphs": [
+                {"idx": 0, "title": "Orbel", "paragraph_text": "Orbel Mills makes paper."},
+                {"idx": 1, "title": "Orbel", "paragraph_text": "Mira Tolvan was born in Kessa."},
+            ],
+        },
+        {
+            "id": "q2",
+            "question": "What does Orbel Mills make?",
+            "answer": "paper",
+            "paragraphs": [
+                {"idx": 0, "title": "Orbel", "paragraph_text": "Orbel Mills makes paper."},
+                {"idx": 1, "title": "Quay", "paragraph_text": "The quay was built of stone."},
+            ],
+        },
+    ]
+    rows[0]["paragraphs"][1]["is_supporting"] = True  # gold: the second "Orbel" text
+    rows[1]["paragraphs"][0]["is_supporting"] = True
+    data = tmp_path / "musique.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = tmp_path / "idx"
+    main(["index", "build", "--corpus", str(data), "--out", str(index)])
+    capsys.readouterr()
+    main(["index", "eval", str(index), "--data", str(data), "-k", "1"])
+    result = json.loads(capsys.readouterr().out)
+    # each question's top passage is its gold text; a title-keyed pool dropped q1's gold text
+    # (one "Orbel", the paper mill) and scored recall@1 0.5
+    assert result["recall@1"] == 1.0

@@ -1,7 +1,7 @@
 """The real-data CPU recipes on the real SmolLM2-135M-Instruct for a few steps (slow), and
 ``lit-rag compare`` on what they leave (issue 27, items 3 and 4). The recipes' data ship in
-``data/`` (HotpotQA, CC BY-SA 4.0); their relative paths are given absolute here because the
-test runs in a temporary folder."""
+``data/`` (HotpotQA CC BY-SA 4.0, MuSiQue CC BY 4.0); their relative paths are given absolute
+here because the test runs in a temporary folder."""
 
 from __future__ import annotations
 
@@ -55,20 +55,28 @@ def test_arena_hotpotqa_cpu_fits_and_compares(tmp_path, monkeypatch, capsys):
     assert len(em) == 4 and all(value.lstrip("+-").replace(".", "").isdigit() for value in em[1:])
 
 
-@pytest.mark.parametrize("recipe", ["r2ag_hotpotqa_cpu", "eval_rar_hotpotqa_cpu"])
-def test_search_recipes_on_hotpotqa_fit(recipe, tmp_path, monkeypatch):
-    """The two recipes that search data/hotpotqa/corpus.jsonl: the index is built on first
-    use in the run's folder, two steps train and the held-out validation is finite."""
+@pytest.mark.parametrize(
+    ("recipe", "dataset", "train"),
+    [
+        ("r2ag_hotpotqa_cpu", "hotpotqa", "train80.json"),
+        ("eval_rar_hotpotqa_cpu", "hotpotqa", "train80.json"),
+        ("r2ag_musique_cpu", "musique", "train80.jsonl"),
+    ],
+)
+def test_search_recipes_on_real_data_fit(recipe, dataset, train, tmp_path, monkeypatch):
+    """The recipes that search a shipped corpus (data/<dataset>/corpus.jsonl): the index is
+    built on first use in the run's folder, two steps train and the held-out validation is
+    finite."""
     monkeypatch.chdir(tmp_path)
-    data = ROOT / "data" / "hotpotqa"
+    data = ROOT / "data" / dataset
     main([
         "fit", "--config", str(ROOT / "recipes" / f"{recipe}.yaml"),
-        f"--data.train={data / 'train80.json'}", f"--data.val={data / 'heldout30.jsonl'}",
+        f"--data.train={data / train}", f"--data.val={data / 'heldout30.jsonl'}",
         f"--model.environment.init_args.retriever.init_args.corpus={data / 'corpus.jsonl'}",
         "--data.num_val=2", "--data.val_batch_size=2", "--trainer.limit_val_batches=1",
         *SMALL,
     ])  # fmt: skip
-    assert (tmp_path / "indexes" / "hotpotqa-bm25").is_dir()
+    assert (tmp_path / "indexes" / f"{dataset}-bm25").is_dir()
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
     # two optimizer steps; DAPO (R2AG) may roll out one more batch whose groups all dropped

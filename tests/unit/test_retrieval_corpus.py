@@ -10,7 +10,9 @@ import pytest
 from lit_rag.data.readers import DatasetFormatError, read_examples
 from lit_rag.retrieval.corpus import (
     corpus_fingerprint,
+    corpus_ids,
     detect_corpus_format,
+    pool_examples,
     pooled_gold_ids,
     read_corpus,
     write_corpus,
@@ -94,8 +96,8 @@ def test_qa_file_without_paragraphs_is_not_a_corpus(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- pooled QA files
 
 
-def test_hotpotqa_pooled_dedup_by_title_first_text_wins(tmp_path: Path) -> None:
-    # Two examples share the title "B": the corpus keeps the first text ("b one").
+def test_hotpotqa_pooled_one_passage_per_distinct_text(tmp_path: Path) -> None:
+    # Two examples share the title "B" with different texts: the second is "B (2)".
     rows = [
         {
             "_id": "1",
@@ -117,6 +119,7 @@ def test_hotpotqa_pooled_dedup_by_title_first_text_wins(tmp_path: Path) -> None:
     assert read_corpus(path) == [
         Passage("A", "A", "a one."),
         Passage("B", "B", "b one."),
+        Passage("B (2)", "B", "b two."),
         Passage("C", "C", "c one."),
     ]
 
@@ -125,10 +128,11 @@ def test_hotpotqa_pooled_dedup_by_title_first_text_wins(tmp_path: Path) -> None:
     ("name", "fmt", "count", "first_id"),
     [
         # counts: hotpot 10 x 10 paragraphs, all titles distinct; 2wiki 100 paragraphs with one
-        # title shared by two examples; musique 10 x 20 paragraphs, 188 distinct titles
+        # shared by two examples; musique 10 x 20 paragraphs, all distinct texts under 188
+        # distinct titles (a title-keyed pool lost 12 of them)
         ("hotpotqa_dev10.jsonl", "hotpotqa", 100, "MLS Cup 2005"),
         ("2wikimultihopqa_dev10.jsonl", "2wiki", 99, "Hold on Me (Grinspoon song)"),
-        ("musique_dev10.jsonl", "musique", 188, "Inky Mark"),
+        ("musique_dev10.jsonl", "musique", 200, "Inky Mark"),
     ],
 )
 def test_real_multihop_files_pool_into_corpora(
@@ -141,9 +145,12 @@ def test_real_multihop_files_pool_into_corpora(
     assert passages[0].id == passages[0].title == first_id
     ids = {p.id for p in passages}
     assert len(ids) == count
-    # every gold reference of every example is a corpus passage
+    # every gold reference of every example is the corpus passage with its text
+    texts = {p.id: p.text for p in passages}
     for example in read_examples(path):
-        assert set(pooled_gold_ids(example)) <= ids
+        gold = pooled_gold_ids(example, corpus_ids(passages))
+        by_id = {ref.id: ref.text for ref in example.references}
+        assert [texts[g] for g in gold] == [by_id[g] for g in example.gold_ids]
 
 
 def test_pooled_gold_ids_maps_repeated_title_suffix() -> None:
@@ -157,6 +164,44 @@ def test_pooled_gold_ids_maps_repeated_title_suffix() -> None:
         gold_ids=["X (2)"],
     )
     assert pooled_gold_ids(example) == ["X"]
+
+
+def test_pooled_gold_ids_find_a_repeated_title_by_its_text() -> None:
+    from lit_rag.types import Example
+
+    second = Example(
+        "2", "q2", ["a"], [Passage("X", "X", "two"), Passage("X (2)", "X", "one")], ["X"]
+    )
+    passages = [Passage("X", "X", "one"), Passage("X (2)", "X", "two")]
+    # the reader's "X" of the second question is the corpus's "X (2)"
+    assert pooled_gold_ids(second, corpus_ids(passages)) == ["X (2)"]
+
+
+def test_pool_examples_keeps_every_text_and_renames_gold_to_corpus_ids() -> None:
+    from lit_rag.types import Example
+
+    examples = [
+        Example("1", "q1", ["a"], [Passage("X", "X", "one"), Passage("Y", "Y", "y")], ["X"]),
+        # a real title "X (2)" forces the second text of "X" to "X (3)"
+        Example(
+            "2",
+            "q2",
+            ["a"],
+            [Passage("X", "X", "two"), Passage("X (2)", "X (2)", "real"), Passage("Y", "Y", "y")],
+            ["X", "Y"],
+        ),
+    ]
+    passages, renamed = pool_examples(examples)
+    assert passages == [
+        Passage("X", "X", "one"),
+        Passage("Y", "Y", "y"),
+        Passage("X (3)", "X", "two"),
+        Passage("X (2)", "X (2)", "real"),
+    ]
+    assert renamed[0].gold_ids == ["X"]
+    assert renamed[1].gold_ids == ["X (3)", "Y"]
+    assert [r.id for r in renamed[1].references] == ["X (3)", "X (2)", "Y"]
+    assert examples[1].gold_ids == ["X", "Y"]  # the input is not changed
 
 
 def test_real_flashrag_corpus_sample(shared_data: Path) -> None:
