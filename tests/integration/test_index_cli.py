@@ -133,28 +133,23 @@ def test_hybrid_search_needs_the_encoder_passed_or_allowed(tmp_path, world_files
 def test_eval_finds_a_repeated_title_by_its_text(tmp_path, capsys):
     """MuSiQue gives one title to several paragraphs: eval credits the gold paragraph's text,
     not its namesake. Corpus pooled from a MuSiQue-style file: "Orbel" twice, different texts."""
-    rows = [
-        {
-            "id": "q1",
-            "question": "Where was Mira Tolvan born?",
-            "answer": "Kessa",
+
+    def record(qid, question, paragraphs, gold):
+        return {
+            "id": qid, "question": question, "answer": "-",
             "paragraphs": [
-                {"idx": 0, "title": "Orbel", "paragraph_text": "Orbel Mills makes paper."},
-                {"idx": 1, "title": "Orbel", "paragraph_text": "Mira Tolvan was born in Kessa."},
+                {"idx": i, "title": title, "paragraph_text": text, "is_supporting": i == gold}
+                for i, (title, text) in enumerate(paragraphs)
             ],
-        },
-        {
-            "id": "q2",
-            "question": "What does Orbel Mills make?",
-            "answer": "paper",
-            "paragraphs": [
-                {"idx": 0, "title": "Orbel", "paragraph_text": "Orbel Mills makes paper."},
-                {"idx": 1, "title": "Quay", "paragraph_text": "The quay was built of stone."},
-            ],
-        },
+        }  # fmt: skip
+
+    mill = ("Orbel", "Orbel Mills makes paper.")
+    born = ("Orbel", "Mira Tolvan was born in Kessa.")
+    quay = ("Quay", "The quay was built of stone.")
+    rows = [  # q1's gold is the second "Orbel" text
+        record("q1", "Where was Mira Tolvan born?", [mill, born], 1),
+        record("q2", "What does Orbel Mills make?", [mill, quay], 0),
     ]
-    rows[0]["paragraphs"][1]["is_supporting"] = True  # gold: the second "Orbel" text
-    rows[1]["paragraphs"][0]["is_supporting"] = True
     data = tmp_path / "musique.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = tmp_path / "idx"
