@@ -344,7 +344,9 @@ def evaluate(args: argparse.Namespace) -> dict:
         )
     retriever = load_index(args.index, args.encoder, args.trust_manifest_encoder)
     # gold paragraphs are found in the index by title and text (MuSiQue repeats titles)
-    ids = corpus_ids(retriever.passages) if isinstance(retriever, IndexedRetriever) else None
+    gold = {(r.title, r.text) for ex in examples for r in ex.references if r.id in ex.gold_ids}
+    indexed = isinstance(retriever, IndexedRetriever)
+    ids = corpus_ids(retriever.passages, gold) if indexed else None
     depth = max(args.k)
     metrics = {f"recall@{k}": RecallAtK(k) for k in args.k}
     metrics.update({f"full_recall@{k}": FullRecallAtK(k) for k in args.k})

@@ -133,7 +133,11 @@ def pool_references(examples: Iterable[Example]) -> list[Passage]:
     e.g. two examples both citing the same ``"Paris"`` paragraph give one passage
     ``Passage("Paris", "Paris", text)``.
     """
-    return [Passage(pid, title, text) for (title, text), pid in pooled_ids(examples).items()]
+    return _passages(pooled_ids(examples))
+
+
+def _passages(ids: dict[tuple[str, str], str]) -> list[Passage]:
+    return [Passage(pid, title, text) for (title, text), pid in ids.items()]
 
 
 def pool_examples(examples: Iterable[Example]) -> tuple[list[Passage], list[Example]]:
@@ -147,22 +151,26 @@ def pool_examples(examples: Iterable[Example]) -> tuple[list[Passage], list[Exam
     ids = pooled_ids(examples)
     renamed: list[Example] = []
     for example in examples:
-        to_corpus = {ref.id: ids[(ref.title, ref.text)] for ref in example.references}
+        to_corpus: dict[str, str] = {}  # the example's reference id -> corpus id
         references: dict[str, Passage] = {}
         for ref in example.references:
-            references.setdefault(
-                to_corpus[ref.id], Passage(to_corpus[ref.id], ref.title, ref.text)
-            )
+            pid = to_corpus[ref.id] = ids[(ref.title, ref.text)]
+            references.setdefault(pid, Passage(pid, ref.title, ref.text))
         gold = list(dict.fromkeys(to_corpus.get(g, g) for g in example.gold_ids))
         renamed.append(replace(example, references=list(references.values()), gold_ids=gold))
-    return [Passage(pid, title, text) for (title, text), pid in ids.items()], renamed
+    return _passages(ids), renamed
 
 
-def corpus_ids(passages: Iterable[Passage]) -> dict[tuple[str, str], str]:
-    """``(title, text) -> id`` of a corpus (the first id when a text repeats)."""
+def corpus_ids(
+    passages: Iterable[Passage], wanted: set[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], str]:
+    """``(title, text) -> id`` of a corpus (the first id when a text repeats); with ``wanted``,
+    only those keys (an index of millions of passages need not be mapped whole)."""
     ids: dict[tuple[str, str], str] = {}
     for passage in passages:
-        ids.setdefault((passage.title, passage.text), passage.id)
+        key = (passage.title, passage.text)
+        if wanted is None or key in wanted:
+            ids.setdefault(key, passage.id)
     return ids
 
 

@@ -175,6 +175,8 @@ def test_pooled_gold_ids_find_a_repeated_title_by_its_text() -> None:
     passages = [Passage("X", "X", "one"), Passage("X (2)", "X", "two")]
     # the reader's "X" of the second question is the corpus's "X (2)"
     assert pooled_gold_ids(second, corpus_ids(passages)) == ["X (2)"]
+    # index eval maps only the gold texts it needs
+    assert corpus_ids(passages, {("X", "two")}) == {("X", "two"): "X (2)"}
 
 
 def test_pool_examples_keeps_every_text_and_renames_gold_to_corpus_ids() -> None:
