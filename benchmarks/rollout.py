@@ -44,6 +44,7 @@ Needs the synthetic BM25 index of the quickstarts; it is built if missing (a few
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
     env = module.environment
     env.rollout(examples[:1], engine, 1, SamplingParams(max_new_tokens=4))  # warm-up
     torch.manual_seed(0)
-    trajectories, seconds, _ = timed(
+    trajectories, seconds, steps = timed(
         lambda: env.rollout(examples, engine, args.group_size, params), engine, name
     )
     prompt = sum(int(t.prompt_ids.numel()) for t in trajectories) / len(trajectories)
@@ -131,7 +132,54 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
         "seconds": seconds,
         "tokens": sum(t.num_generated for t in trajectories),
         "prompt": prompt,
+        "steps": steps.count,
+        "prefilled": steps.prefilled,
     }
+
+
+def settings(name: str, engine) -> str:
+    """What the engine ran with, so that two runs of this benchmark compare at one look: vLLM's
+    constructor arguments as lit-rag passes them, or the hf engine's precision; then the
+    machine (CPU model, AMX, threads, allocator preload) and the library versions."""
+    import platform
+
+    if name == "vllm":
+        import vllm
+
+        kwargs = engine.llm_kwargs()
+        keys = (
+            "dtype",
+            "enforce_eager",
+            "enable_prefix_caching",
+            "block_size",
+            "kv_cache_memory_bytes",
+            "max_model_len",
+            "logprobs_mode",
+        )
+        shown = ", ".join(f"{k}={kwargs.get(k)}" for k in keys)
+        text = f"vllm {vllm.__version__}: {shown}; one request per sample"
+    else:
+        text = "hf: transformers generate, fp32 weights under bf16 autocast"
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    amx = (
+        torch.cpu._is_amx_tile_supported() if hasattr(torch.cpu, "_is_amx_tile_supported") else "?"
+    )
+    preload = os.environ.get("LD_PRELOAD", "") or "none"
+    return (
+        f"{text}; {cpu}, AMX {amx}, {torch.get_num_threads()} threads, LD_PRELOAD {preload}, "
+        f"torch {torch.__version__}"
+    )
 
 
 BM25 = '{"class_path": "bm25", "init_args": {"index": "indexes/synthetic-bm25"}}'
@@ -285,7 +333,7 @@ def main() -> None:
     for name in engines:
         engine, load_s = make_engine(name, arena)
         single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
-        results[name] = {"load_s": load_s, "single": single}
+        results[name] = {"load_s": load_s, "single": single, "settings": settings(name, engine)}
         for kind, (module, examples) in multi.items():
             engine.bind(
                 module.model, module.tokenizer
@@ -305,13 +353,20 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
         f"{args.new_tokens} new tokens; multi-turn: {n} rows, at most {args.turns} turns"
     )
     print()
-    print("| engine | load s | single-turn s | single-turn tok/s |")
-    print("|---|---|---|---|")
+    for name, r in results.items():
+        print(f"{name} settings: {r['settings']}")
+    print()
+    print(
+        "| engine | load s | single-turn s | single-turn tok/s | engine steps "
+        "| prompt tokens computed |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
         s = r["single"]
+        computed = f"{s['prefilled']}" if s["steps"] else "-"
         print(
             f"| {name} | {r['load_s']:.1f} | {s['seconds']:.1f} | "
-            f"{s['tokens'] / s['seconds']:.1f} |"
+            f"{s['tokens'] / s['seconds']:.1f} | {s['steps'] or '-'} | {computed} |"
         )
     for kind in kinds:
         print()

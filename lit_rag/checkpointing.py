@@ -12,14 +12,18 @@ folder (``.last.ckpt.tmp-HOST-PID``), flushes and fsyncs it, renames it onto the
 (``os.replace``: atomic within one filesystem) and fsyncs the folder. At any moment the
 destination is the previous complete checkpoint or the new complete one; nothing goes to
 ``TMPDIR``. A staging file left by a killed writer is removed by the next save into that
-folder. Loading turns a missing, empty, truncated or foreign file into one
-:class:`~lit_rag.errors.InputError` line naming the file and what is wrong.
+folder. A save that finds the disk full (``ENOSPC``, ``EDQUOT``) removes its staging file
+and raises one :class:`~lit_rag.errors.DiskFullError` line: the file, the space its tensors
+need, the space free, and the newest earlier checkpoint in the folder, which is intact. Loading
+turns a missing, empty, truncated or foreign file into one :class:`~lit_rag.errors.InputError`
+line naming the file and what is wrong.
 
 :func:`use_atomic_checkpoints` installs it on a Trainer (the ``lit-rag`` command does so).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -36,7 +40,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _load as _torch_load
 from lightning.fabric.utilities.types import _PATH
 
-from lit_rag.errors import InputError
+from lit_rag.errors import DiskFullError, InputError, chain
 
 #: marks a staging file: ``.NAME.tmp-HOST-PID`` beside ``NAME``
 TEMP_MARK = ".tmp-"
@@ -44,6 +48,13 @@ _TEMP_NAME = re.compile(r"^\..+\.tmp-(?P<host>.+)-(?P<pid>\d+)$")
 #: a staging file of another host untouched this long belongs to a dead writer (a live one is
 #: renamed milliseconds after its last write and fsync)
 FOREIGN_STALE_S = 3600.0
+#: ``errno`` of a write that found no room: the filesystem is full, or the user's quota is spent
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+#: what a full disk's error line ends with: where a run's checkpoints go, as the user sets it
+DISK_FULL_ADVICE = (
+    "free space there or point checkpoints elsewhere (ModelCheckpoint's dirpath; by default "
+    "the logger's save_dir, else trainer.default_root_dir)"
+)
 _HOST = socket.gethostname()
 _IN_FLIGHT: set[Path] = (
     set()
@@ -113,12 +124,91 @@ def atomic_save(checkpoint: Any, path: Path) -> None:
             os.fsync(f.fileno())
         os.replace(temp, path)
         _fsync_folder(folder)
-    except BaseException:  # an exception, not a kill: leave nothing behind
+    except BaseException as exc:  # an exception, not a kill: leave nothing behind
         temp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path, checkpoint) from exc
         raise
     finally:
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT.discard(temp)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a full disk: torch's zip writer raises a ``RuntimeError``
+    ("unexpected pos") while handling the ``OSError(ENOSPC)`` of its write, so the whole chain
+    is searched."""
+    return any(isinstance(e, OSError) and e.errno in DISK_FULL for e in chain(exc))
+
+
+def disk_full_error(path: Path, checkpoint: Any) -> DiskFullError:
+    """The one-line error for a save of ``checkpoint`` to ``path`` that found the disk full.
+
+    What it needs is the bytes of the checkpoint's tensor storages (:func:`tensor_bytes`), a
+    lower bound on the file: ``torch.save`` adds the pickled structure and a zip entry per
+    storage (the tiny recipe's checkpoint: 415,636 bytes of tensors, a 448,426-byte file). What
+    is free is read after the staging file was removed. Example: ``disk full while writing
+    checkpoint runs/checkpoints/epoch=0-step=4.ckpt: it needs at least 1,572,864 bytes (1.5 MiB)
+    for its tensors, 65,536 bytes free on that filesystem; the earlier checkpoint
+    runs/checkpoints/epoch=0-step=2.ckpt is intact;`` and :data:`DISK_FULL_ADVICE`.
+    """
+    try:
+        free = _size(shutil.disk_usage(path.parent).free)
+    except OSError:
+        free = "an unknown amount"
+    earlier = newest_checkpoint(path.parent)
+    intact = (
+        f"the earlier checkpoint {earlier} is intact"
+        if earlier is not None
+        else f"no earlier checkpoint in {path.parent}"
+    )
+    return DiskFullError(
+        f"disk full while writing checkpoint {path}: it needs at least "
+        f"{_size(tensor_bytes(checkpoint))} for its tensors, {free} free on that filesystem; "
+        f"{intact}; {DISK_FULL_ADVICE}"
+    )
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensor storages in ``obj`` (nested dicts, lists and tuples), each storage
+    counted once: what ``torch.save`` writes for tensor data (a view saves its whole storage)."""
+    total, storages, containers = 0, set(), set()
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # a tensor subclass without one
+                continue
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in storages:
+                storages.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, (dict, list, tuple)) and id(item) not in containers:
+            containers.add(id(item))
+            stack.extend(item.values() if isinstance(item, dict) else item)
+    return total
+
+
+def newest_checkpoint(folder: Path) -> Path | None:
+    """The newest ``*.ckpt`` file in ``folder`` (by modification time) that is a whole torch
+    checkpoint (a zip archive with its directory at its end), or None."""
+    dated = []
+    for candidate in folder.glob("*.ckpt"):
+        try:
+            dated.append((candidate.stat().st_mtime, candidate))
+        except OSError:  # a dangling link
+            continue
+    for _, candidate in sorted(dated, reverse=True):
+        if zipfile.is_zipfile(candidate):  # False for a folder (a sharded checkpoint)
+            return candidate
+    return None
+
+
+def _size(count: int) -> str:
+    """``1,572,864 bytes (1.5 MiB)``; below a MiB, bytes alone."""
+    return f"{count:,} bytes" + (f" ({count / 2**20:,.1f} MiB)" if count >= 2**20 else "")
 
 
 def remove_stale_temps(folder: Path) -> list[Path]:

@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 
 from lit_rag import registry
-from lit_rag.errors import InputError
+from lit_rag.distributed import CollectiveError
+from lit_rag.errors import DiskFullError, InputError, chain
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -236,16 +237,29 @@ def _cli_class():
             if path:
                 check_ckpt_path(path)
 
-        def before_instantiate_classes(self) -> None:
-            trainer = self.config.get(self.config.get("subcommand") or "", self.config).get(
-                "trainer", {}
+        def add_arguments_to_parser(self, parser) -> None:
+            parser.add_argument(
+                "--collective_timeout",
+                type=float | None,
+                default=None,
+                help="Seconds a collective (broadcast, barrier, all-reduce) waits for the other "
+                "processes before the run ends with one line naming the rank, step and "
+                "operation (default: 300 on CPU, 900 on GPUs; lit_rag/distributed.py)",
             )
+
+        def before_instantiate_classes(self) -> None:
+            config = self.config.get(self.config.get("subcommand") or "", self.config)
+            trainer = config.get("trainer", {})
             interval = trainer.get("val_check_interval")
             if interval is not None and interval <= 0:  # Lightning divides by it mid-run
                 raise InputError(
                     f"trainer.val_check_interval must be > 0 (an int: every N steps, "
                     f"a float: a fraction of the epoch), got {interval}"
                 )
+            timeout = config.get("collective_timeout")
+            if timeout is not None and not timeout > 0:
+                raise InputError(f"collective_timeout must be > 0 seconds, got {timeout}")
+            use_cpu_strategy(trainer)
 
         def instantiate_classes(self) -> None:
             # plugins, modules and the Trainer check their arguments in __init__ with ValueError
@@ -266,6 +280,11 @@ def _cli_class():
                 if "`val_check_interval`" not in str(exc):
                     raise
                 raise RecipeError(f"trainer.val_check_interval: {_one_line(exc)}") from None
+            except Exception as exc:  # a collective that timed out or lost a rank: one line
+                raise_collective_failure(
+                    exc, self.trainer, getattr(self, "_collective_timeout", None)
+                )
+                raise
 
         def after_instantiate_classes(self) -> None:
             from lit_rag.checkpointing import use_atomic_checkpoints
@@ -273,6 +292,10 @@ def _cli_class():
             use_atomic_checkpoints(self.trainer)
             check_scale(self.trainer, self.model, self.datamodule)
             add_run_callbacks(self.trainer)
+            config = self.config.get(self.config.get("subcommand") or "", self.config)
+            self._collective_timeout = collective_timeout(
+                self.trainer, config.get("collective_timeout")
+            )
 
     return LitRagCLI
 
@@ -292,6 +315,64 @@ def add_run_callbacks(trainer) -> None:
     for index, callback in enumerate(trainer.callbacks):
         if type(callback) is RichProgressBar:
             trainer.callbacks[index] = RunProgressBar()
+
+
+def use_cpu_strategy(trainer: dict) -> None:
+    """``trainer.strategy: fsdp`` (or ``deepspeed_stage_2``, ...) on CPU processes: lit-rag's CPU
+    subclass of the strategy (lit_rag/modules/cpu_strategies.py); Lightning takes it on CUDA
+    only. ``trainer`` is the parsed recipe's trainer section, rewritten in place."""
+    from jsonargparse import Namespace
+
+    from lit_rag.distributed import cpu_strategy
+
+    accelerator = trainer.get("accelerator")
+    if accelerator not in ("cpu", "auto", None):
+        return
+    if accelerator != "cpu":
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    replacement = cpu_strategy(trainer.get("strategy"))
+    if replacement is not None:
+        trainer["strategy"] = Namespace(
+            class_path=replacement["class_path"], init_args=Namespace(**replacement["init_args"])
+        )
+
+
+def collective_timeout(trainer, seconds: float | None) -> float | None:
+    """Set the process-group timeout of a distributed strategy: ``seconds``, else the default of
+    its accelerator (lit_rag/distributed.py); the value set, None for a single process."""
+    from lightning.pytorch.accelerators import CPUAccelerator
+
+    from lit_rag.distributed import default_timeout, set_timeout
+
+    if seconds is None:
+        seconds = default_timeout(
+            "cpu" if isinstance(trainer.accelerator, CPUAccelerator) else "gpu"
+        )
+    return seconds if set_timeout(trainer.strategy, seconds) else None
+
+
+def raise_collective_failure(exc: BaseException, trainer, timeout_s: float | None) -> None:
+    """Raise :class:`~lit_rag.distributed.CollectiveError` (one line) when ``exc`` is a failed
+    collective; return otherwise."""
+    from lit_rag.distributed import CollectiveError, collective_failure, failure_line
+
+    failure = collective_failure(exc)
+    if failure is None or trainer is None:
+        return
+    launcher = trainer.strategy.launcher
+    if launcher is not None and hasattr(launcher, "procs"):
+        # the ranks this process started (Lightning's launcher): a hung one never exits on its
+        # own and would outlive the command, so they end with it, as Lightning does on Ctrl-C
+        from lightning.pytorch.trainer.call import _get_sigkill_signal
+
+        launcher.kill(_get_sigkill_signal())
+    line = failure_line(
+        failure, trainer.global_rank, trainer.world_size, trainer.global_step, timeout_s
+    )
+    raise CollectiveError(line) from exc
 
 
 def check_scale(trainer, module, datamodule) -> None:
@@ -538,6 +619,15 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except (InputError, FileNotFoundError) as exc:
         print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except CollectiveError as exc:  # a hang or a lost rank: not the user's input, exit 1
+        print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except Exception as exc:  # e.g. a logger's own write failing as the run stops on a full disk
+        full = next((e for e in chain(exc) if isinstance(e, DiskFullError)), None)
+        if full is None:
+            raise
+        print(f"lit-rag: error: {_one_line(full)}", file=sys.stderr)
         raise SystemExit(2) from None
     except SystemExit as exc:
         if _stopped_by_sigterm(exc):  # Lightning exits 0 there; a scheduler must see the signal

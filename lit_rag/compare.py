@@ -56,6 +56,10 @@ def main(args: list[str]) -> None:
         untrained=not options.no_untrained,
         overrides=overrides,
     )
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    if rank_zero_only.rank != 0:  # --trainer.devices=N: every rank validates, rank zero reports
+        return
     print(table(columns))
     if options.json:
         Path(options.json).write_text(json.dumps(columns, indent=2) + "\n", encoding="utf-8")
@@ -91,6 +95,11 @@ def compare(
         run=False,
     )
     trainer, module, data = cli.trainer, cli.model, cli.datamodule
+    # LightningCLI's SaveConfigCallback would write config.yaml into the working directory (the
+    # logger is off): compare writes nothing but its table
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    trainer.callbacks[:] = [c for c in trainer.callbacks if not isinstance(c, SaveConfigCallback)]
     columns: dict[str, dict[str, float]] = {}
     runs = ([(UNTRAINED, None)] if untrained else []) + [(path, path) for path in checkpoints]
     for label, path in runs:

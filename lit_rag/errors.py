@@ -5,10 +5,32 @@ text, an index folder that does not match its manifest, a checkpoint that cannot
 printed by the ``lit-rag`` command as one line, ``lit-rag: error: MESSAGE``, with exit code 2 and
 no traceback. The message names the file or option, what is wrong and what is allowed.
 Programming errors stay ordinary exceptions and keep their tracebacks.
+
+A full disk is not input, but the user fixes it the same way (free space, or write elsewhere),
+so :class:`DiskFullError` is an :class:`InputError` too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class InputError(ValueError):
     """Bad user input: a recipe value, a file's contents, a command-line argument."""
+
+
+class DiskFullError(InputError):
+    """A file could not be written: its filesystem is full (``ENOSPC``) or the quota is spent
+    (``EDQUOT``). The message names the file, the space it needs and the space free."""
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the exceptions it was raised from or while handling (``__cause__``, else
+    ``__context__``), e.g. a :class:`DiskFullError` under a logger's own write error raised while
+    the failed run shut down."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Two training steps of a tiny random model for every strategy x engine x (full, LoRA) on this
-# machine's GPUs, then a table: what ran, how long, the weight-sync time and the largest
-# engine/trainer log-prob difference of the last step. For whoever has GPUs: NCCL, vLLM's sleep
+# machine's GPUs, each the command a user runs (`lit-rag fit`, every default callback), then a
+# table: what ran, whether it finished both steps, wrote its checkpoint and printed its header
+# once, how long, the weight-sync time and the largest engine/trainer log-prob difference of the
+# last step. For whoever has GPUs: NCCL, vLLM's sleep
 # mode, FSDP's CPU offload and the CUDA paths cannot run on the CPU machine CI uses.
 #
 #   bash scripts/gpu_smoke.sh                      # all GPUs (at least 2 for the multi-rank runs)
@@ -41,7 +43,8 @@ for strategy in $STRATEGIES; do
       name="$strategy-$engine-$policy"
       args=(fit --config recipes/tiny.yaml --model.policy.tiny=null "--model.policy.path=$MODEL"
             --trainer.accelerator=gpu "--trainer.devices=$DEVICES" --trainer.precision=bf16-mixed
-            --trainer.max_steps=2 --trainer.limit_val_batches=0 "--trainer.logger.init_args.save_dir=$OUT"
+            --trainer.max_steps=2 --trainer.limit_val_batches=0 --trainer.enable_checkpointing=true
+            "--trainer.logger.init_args.save_dir=$OUT"
             "--trainer.logger.init_args.name=$name" "--model.engine=$engine")
       case $strategy in
         fsdp_offload) args+=(--trainer.strategy=FSDPStrategy --trainer.strategy.cpu_offload=true) ;;
@@ -65,8 +68,15 @@ print(len(steps), last.get("time/weight_sync_s") or "-", last.get("rollout/logpr
 EOF
 )
       read -r steps sync diff gpu <<<"$summary"
+      headers=$(grep -c "^lit-rag fit: " "$OUT/$name.log")
+      run=$(dirname "$metrics" 2>/dev/null)
+      checkpoint=$(ls -d "$run"/checkpoints/*step=2.ckpt 2>/dev/null | head -1)
       result="ok"
-      [ "$rc" -ne 0 ] && result="FAILED (exit $rc): $(grep -v '^\s*$' "$OUT/$name.log" | tail -1 | cut -c1-120)"
+      if [ "$rc" -ne 0 ]; then
+        result="FAILED (exit $rc): $(grep -v '^\s*$' "$OUT/$name.log" | tail -1 | cut -c1-120)"
+      elif [ "$steps" != 2 ] || [ "$headers" != 1 ] || [ -z "$checkpoint" ]; then
+        result="FAILED: $steps steps, header printed $headers times, checkpoint ${checkpoint:-missing}"
+      fi
       rows+=("| $strategy | $engine | $policy | $DEVICES | $result | $steps | ${seconds} s | $sync | $diff | $gpu |")
     done
   done

@@ -8,6 +8,8 @@ command that reports it.
     lit-rag report runs/quickstart/version_0   (plots and sample rollouts)
 
 ``lit-rag fit`` adds it to every run (rank zero prints); it reads only what the run already holds.
+``Trainer.log_dir`` is a collective (it broadcasts rank zero's folder), so every rank reads it and
+only the printing is rank zero's: asked on rank zero alone, it waits forever for the others.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning.pytorch import Callback
-from lightning.pytorch.utilities import rank_zero_only
 
 from lit_rag import registry
 from lit_rag.callbacks.preemption import checkpoint_dir
@@ -35,8 +36,13 @@ def _name(obj: object, kind: str) -> str:
 class RunHeader(Callback):
     """Prints the run's header at the start of ``fit`` and the report command at its end."""
 
+    def __init__(self) -> None:
+        self._log_dir: str | None = None
+
     @staticmethod
-    def lines(trainer, pl_module) -> list[str]:
+    def lines(trainer, pl_module, log_dir: str | None = None) -> list[str]:
+        """The header; ``log_dir`` as every rank read it (asked here when not given: a
+        collective, so then every rank must call this)."""
         policy = getattr(pl_module, "policy_config", None)
         if policy is None:  # another LightningModule (the reward-model recipe): no header
             return []
@@ -47,12 +53,16 @@ class RunHeader(Callback):
             _name(getattr(pl_module, kind), kind) for kind in ("environment", "reward", "algorithm")
         )
         engine = _name(pl_module.engine, "engine")
-        strategy = {
+        names = {
             "SingleDeviceStrategy": "single device",
             "DDPStrategy": "ddp",
             "FSDPStrategy": "fsdp",
             "DeepSpeedStrategy": "deepspeed",
-        }.get(type(trainer.strategy).__name__, type(trainer.strategy).__name__)
+        }
+        strategy = next(  # lit-rag's CPU FSDP and DeepSpeed are subclasses: the base names them
+            (names[c.__name__] for c in type(trainer.strategy).__mro__ if c.__name__ in names),
+            type(trainer.strategy).__name__,
+        )
         processes = f"{trainer.world_size} process" + ("es" if trainer.world_size > 1 else "")
         if trainer.max_steps and trainer.max_steps > 0:
             length = f"{trainer.max_steps} step" + ("s" if trainer.max_steps > 1 else "")
@@ -64,19 +74,22 @@ class RunHeader(Callback):
             else None
         )
         shape = f" of {batch} prompts x {pl_module.group_size} samples" if batch else ""
-        logs = trainer.log_dir or trainer.default_root_dir
+        logs = (log_dir if log_dir is not None else trainer.log_dir) or trainer.default_root_dir
         first = (
             f"lit-rag fit: {model}, {method}, engine {engine}, "
             f"{processes} ({strategy}), {length}{shape}"
         )
-        return [first, f"  logs: {logs}   checkpoints: {checkpoint_dir(trainer)}"]
+        checkpoints = checkpoint_dir(trainer, logs)
+        return [first, f"  logs: {logs}   checkpoints: {checkpoints}"]
 
-    @rank_zero_only
     def on_fit_start(self, trainer, pl_module) -> None:
-        for line in self.lines(trainer, pl_module):
-            print(line, flush=True)
+        self._log_dir = trainer.log_dir  # every rank: a collective
+        lines = self.lines(trainer, pl_module, self._log_dir)
+        if trainer.is_global_zero:
+            for line in lines:
+                print(line, flush=True)
 
-    @rank_zero_only
     def on_fit_end(self, trainer, pl_module) -> None:
-        if trainer.log_dir and (Path(trainer.log_dir) / "metrics.csv").is_file():
-            print(f"lit-rag report {trainer.log_dir}   (plots and sample rollouts)", flush=True)
+        log_dir = self._log_dir  # read at the start by every rank; no collective at the end
+        if trainer.is_global_zero and log_dir and (Path(log_dir) / "metrics.csv").is_file():
+            print(f"lit-rag report {log_dir}   (plots and sample rollouts)", flush=True)

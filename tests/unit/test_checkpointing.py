@@ -7,7 +7,9 @@ here each kind of broken file, the staging-file cleanup and the Trainer wiring.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,10 +26,13 @@ from lit_rag.checkpointing import (
     _link_atomically,
     _temp_path,
     atomic_save,
+    disk_full_error,
+    newest_checkpoint,
     remove_stale_temps,
+    tensor_bytes,
     use_atomic_checkpoints,
 )
-from lit_rag.errors import InputError
+from lit_rag.errors import DiskFullError, InputError
 
 CHECKPOINT = {
     "state_dict": {"w": torch.arange(256.0)},
@@ -151,6 +156,140 @@ def test_failed_save_keeps_the_previous_checkpoint_and_no_staging_file(tmp_path)
         atomic_save({"state_dict": {"w": torch.ones(3)}, "bad": lambda: None}, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def _full_disk(monkeypatch, how: str) -> None:
+    """Make the next save fail as a full disk does, after part of the file is written.
+
+    ``write``: the file's write raises ``OSError(ENOSPC)``; ``zip_writer``: torch's zip writer
+    raises ``RuntimeError`` while handling that ``OSError`` (what torch 2.x raises on a full
+    tmpfs); ``fsync_quota``: the bytes are written and ``fsync`` reports the quota spent
+    (``EDQUOT``, as NFS does).
+    """
+    real_save = torch.save
+
+    def save(obj, f):
+        f.write(b"PK" + b"\0" * 4094)
+        f.flush()
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if how == "write":
+            raise full
+        try:
+            raise full
+        except OSError:
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos"
+            ) from None
+
+    def fsync(fd):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    if how == "fsync_quota":
+        monkeypatch.setattr(torch, "save", real_save)
+        monkeypatch.setattr(os, "fsync", fsync)
+    else:
+        monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("how", ["write", "zip_writer", "fsync_quota"])
+def test_full_disk_is_one_line_with_sizes_and_the_intact_checkpoint(tmp_path, monkeypatch, how):
+    older, newer = tmp_path / "epoch=0-step=2.ckpt", tmp_path / "epoch=0-step=4.ckpt"
+    atomic_save(CHECKPOINT, older)
+    atomic_save(CHECKPOINT, newer)
+    minute_ago = time.time() - 60
+    os.utime(older, (minute_ago, minute_ago))
+    before = newer.read_bytes()
+    free = 3 * 2**20 + 2**19  # 3,670,016 bytes = 3.5 MiB
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: SimpleNamespace(free=free))
+    _full_disk(monkeypatch, how)
+    path = tmp_path / "epoch=0-step=6.ckpt"
+    with pytest.raises(DiskFullError) as caught:
+        AtomicCheckpointIO().save_checkpoint(CHECKPOINT, path)
+    # needs: the 256 float32 of "w", 256 x 4 = 1,024 bytes (below a MiB: bytes alone)
+    assert str(caught.value) == (
+        f"disk full while writing checkpoint {path}: it needs at least 1,024 bytes for its "
+        f"tensors, 3,670,016 bytes (3.5 MiB) free on that filesystem; the earlier checkpoint "
+        f"{newer} is intact; free space there or point checkpoints elsewhere (ModelCheckpoint's "
+        "dirpath; by default the logger's save_dir, else trainer.default_root_dir)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [older.name, newer.name]  # no partial
+    assert newer.read_bytes() == before
+    assert torch.equal(torch.load(newer, weights_only=True)["state_dict"]["w"], torch.arange(256.0))
+
+
+def test_fit_on_a_full_disk_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    """The error passes out of Lightning's fit (``_call_and_handle_interrupt`` runs the
+    ``on_exception`` hooks and re-raises) to the command's one line. A real full filesystem:
+    ``tests/integration/test_checkpoint_full_disk.py`` (needs root to mount one)."""
+    from lit_rag.cli import main
+
+    _full_disk(monkeypatch, "zip_writer")
+    with pytest.raises(SystemExit) as caught:
+        main(
+            [
+                "fit",
+                "--config",
+                str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"),
+                "--trainer.logger=false",
+                "--trainer.enable_checkpointing=true",
+                f"--trainer.default_root_dir={tmp_path}",
+                "--trainer.max_steps=1",
+            ]
+        )
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if line.startswith("lit-rag: error:")]
+    new = tmp_path / "checkpoints" / "epoch=0-step=1.ckpt"
+    assert line.startswith(f"lit-rag: error: disk full while writing checkpoint {new}: "), err
+    assert f"; no earlier checkpoint in {new.parent}; " in line, err
+    assert list(new.parent.iterdir()) == []  # no partial file, no staging file
+
+
+def test_full_disk_names_the_newest_whole_checkpoint_or_none(tmp_path):
+    assert str(disk_full_error(tmp_path / "last.ckpt", CHECKPOINT)).split("; ")[1] == (
+        f"no earlier checkpoint in {tmp_path}"
+    )
+    whole = tmp_path / "epoch=0-step=2.ckpt"
+    atomic_save(CHECKPOINT, whole)
+    hour_ago = time.time() - 3600
+    os.utime(whole, (hour_ago, hour_ago))
+    (tmp_path / "copied.ckpt").write_bytes(whole.read_bytes()[:-10])  # newer, its end cut off
+    (tmp_path / "sharded.ckpt").mkdir()  # a folder: an FSDP sharded checkpoint
+    (tmp_path / "dangling.ckpt").symlink_to(tmp_path / "gone.ckpt")
+    assert newest_checkpoint(tmp_path) == whole
+
+
+def test_tensor_bytes_counts_each_storage_once_and_bounds_the_file(tmp_path):
+    w = torch.zeros(1000)  # 1,000 float32 = 4,000 bytes
+    state = {"w": w, "view": w[:10], "opt": [{"exp_avg": torch.zeros(10, dtype=torch.float64)}]}
+    assert tensor_bytes(state) == 4000 + 80  # the view saves w's storage: once; 10 float64 = 80
+    torch.save(state, tmp_path / "s.ckpt")
+    assert tensor_bytes(state) <= (tmp_path / "s.ckpt").stat().st_size  # "at least": a bound
+
+
+def test_cli_finds_a_full_disk_under_a_later_error(monkeypatch, capsys):
+    """Lightning stops a failed fit by calling its loggers' ``finalize``; a logger writing to the
+    same full disk raises its own ``OSError`` over the checkpoint's error: still one line."""
+    from lit_rag import cli
+
+    def fit_over_a_full_disk(args):
+        try:
+            raise DiskFullError("disk full while writing checkpoint x.ckpt")
+        except DiskFullError:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # while handling it
+
+    monkeypatch.setattr(cli, "build_cli", fit_over_a_full_disk)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["fit", "--config", "recipe.yaml"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == "lit-rag: error: disk full while writing checkpoint x.ckpt\n"
+
+    def crash(args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # not a checkpoint: a traceback
+
+    monkeypatch.setattr(cli, "build_cli", crash)
+    with pytest.raises(OSError):
+        cli.main(["fit", "--config", "recipe.yaml"])
 
 
 def _dead_pid() -> int:

@@ -339,3 +339,78 @@ def test_litrag_gold_must_be_a_reference(tmp_path: Path) -> None:
     }
     with pytest.raises(DatasetFormatError, match=r"l\.jsonl:1: gold_ids \['p9'\] are not ids"):
         read_litrag(_write_jsonl(tmp_path / "l.jsonl", [row]))
+
+
+# --------------------------------------------------------------------------- BOM, CRLF, question
+
+#: format -> two well-formed records of it
+ROWS = {
+    "hotpotqa": [_hotpot_row(), _hotpot_row(_id="h2", question="When?")],
+    "2wiki": [_hotpot_row(evidences=[["A", "r", "B"]]), _hotpot_row(_id="w2", evidences=[])],
+    "musique": [
+        {
+            "id": f"m{i}",
+            "question": f"Who {i}?",
+            "answer": "a",
+            "paragraphs": [
+                {"idx": 0, "title": "T", "paragraph_text": "Text.", "is_supporting": True}
+            ],
+        }
+        for i in (1, 2)
+    ],
+    "flashrag": [{"id": f"f{i}", "question": f"Who {i}?", "golden_answers": ["a"]} for i in (1, 2)],
+    "litrag": [
+        {
+            "id": f"l{i}",
+            "question": f"Who {i}?",
+            "answers": ["a"],
+            "references": [{"id": "p1", "title": "T", "text": "Text."}],
+            "gold_ids": ["p1"],
+        }
+        for i in (1, 2)
+    ],
+}
+
+
+def _windows(path: Path, text: str) -> Path:
+    """``text`` saved as a Windows editor saves it: a UTF-8 byte-order mark, CRLF line ends."""
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json"])
+@pytest.mark.parametrize("fmt", sorted(ROWS))
+def test_bom_and_crlf_read_as_the_plain_file(tmp_path: Path, fmt: str, layout: str) -> None:
+    if layout == "jsonl":
+        text = "".join(json.dumps(row) + "\n" for row in ROWS[fmt])
+    else:
+        text = json.dumps(ROWS[fmt], indent=2) + "\n"
+    plain = tmp_path / f"plain.{layout}"
+    plain.write_text(text, encoding="utf-8")
+    windows = _windows(tmp_path / f"windows.{layout}", text)
+    assert len(read_examples(plain, fmt)) == 2
+    assert read_examples(windows, fmt) == read_examples(plain, fmt)
+    assert read_examples(windows) == read_examples(plain)  # format detected through the BOM
+
+
+@pytest.mark.parametrize("question", ["", " \t ", None])
+@pytest.mark.parametrize("fmt", sorted(ROWS))
+def test_empty_question_names_file_and_line(tmp_path: Path, fmt: str, question) -> None:
+    bad = {**ROWS[fmt][1], "question": question}
+    path = _write_jsonl(tmp_path / "q.jsonl", [ROWS[fmt][0], "", bad])
+    with pytest.raises(DatasetFormatError) as err:
+        read_examples(path, fmt)
+    got = "null" if question is None else repr(question)
+    assert str(err.value) == (
+        f"{path}:3: field 'question' is empty (got {got}); every example needs a question"
+    )
+
+
+def test_empty_question_in_a_json_list_names_the_item(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps([_hotpot_row(), _hotpot_row(question="  ")]))
+    with pytest.raises(DatasetFormatError) as err:
+        read_hotpotqa(path)
+    assert str(err.value) == (
+        f"{path}: item 2: field 'question' is empty (got '  '); every example needs a question"
+    )

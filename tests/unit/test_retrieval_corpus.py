@@ -80,6 +80,35 @@ def test_bad_rows_name_file_line_and_field(
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("fmt", "rows"),
+    [
+        ("flashrag", [{"id": "0", "contents": '"Paris"\nParis is the capital.'}]),
+        ("litrag", [{"id": "p1", "title": "Paris", "text": "Paris is the capital."}]),
+        (
+            "hotpotqa",
+            [
+                {
+                    "_id": "h1",
+                    "question": "Where?",
+                    "answer": "Paris",
+                    "supporting_facts": [["Paris", 0]],
+                    "context": [["Paris", ["Paris is the capital."]]],
+                }
+            ],
+        ),
+    ],
+)
+def test_bom_and_crlf_corpus_reads_as_the_plain_file(tmp_path: Path, fmt: str, rows) -> None:
+    """A corpus saved by a Windows editor: UTF-8 byte-order mark, CRLF line ends."""
+    plain = _jsonl(tmp_path / "plain.jsonl", rows)
+    windows = tmp_path / "windows.jsonl"
+    windows.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    assert read_corpus(windows, fmt) == read_corpus(plain, fmt)
+    assert read_corpus(windows) == read_corpus(plain)  # format detected through the BOM
+    assert len(read_corpus(plain)) == 1
+
+
 def test_unknown_format_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown corpus format 'csv'; allowed: auto, flashrag"):
         read_corpus(tmp_path / "x.jsonl", format="csv")

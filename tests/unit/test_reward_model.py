@@ -50,6 +50,15 @@ def test_pair_files_round_trip_and_bad_rows(tmp_path):
         read_pairs(tmp_path / "bad.jsonl")
 
 
+def test_pair_file_with_bom_and_crlf(tmp_path):
+    """A pairs file saved by a Windows editor: UTF-8 byte-order mark, CRLF line ends."""
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"chosen": "a", "rejected": "b"}).encode() + b"\r\n"
+    )
+    assert read_pairs(path) == [{"chosen": "a", "rejected": "b"}]
+
+
 @pytest.mark.parametrize("single_head", [False, True])
 def test_fit_learns_a_planted_preference(tmp_path, single_head):
     torch.manual_seed(0)
