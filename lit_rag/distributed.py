@@ -15,6 +15,9 @@ lit-rag sets from the recipe's ``collective_timeout`` (seconds), by default:
   gathered and written by rank zero can be ~100 GB (weights and Adam state), two to three
   minutes at 0.5-1 GB/s. 900 s covers these with margin and is half torch's default of 1800 s.
 
+torch uses the same timeout for the ranks' rendezvous when the run starts, so it also bounds how
+much later than the first process the last one may start.
+
 When a collective times out or loses its peer, :func:`collective_failure` reads the exception's
 traceback for the operation and the code that called it, and :class:`CollectiveError` carries the
 one line the ``lit-rag`` command prints (exit 1).
