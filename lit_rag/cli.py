@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from lit_rag import registry
-from lit_rag.distributed import CollectiveError
+from lit_rag.distributed import CollectiveError, collective_failure, failure_line
 from lit_rag.errors import DiskFullError, InputError, chain
 
 #: recipe key -> plugin kind
@@ -247,8 +247,12 @@ def _cli_class():
                 "operation (default: 300 on CPU, 900 on GPUs; lit_rag/distributed.py)",
             )
 
+        def _command_config(self):
+            """The parsed config of the subcommand run (``fit``, ...), or the whole config."""
+            return self.config.get(self.config.get("subcommand") or "", self.config)
+
         def before_instantiate_classes(self) -> None:
-            config = self.config.get(self.config.get("subcommand") or "", self.config)
+            config = self._command_config()
             trainer = config.get("trainer", {})
             interval = trainer.get("val_check_interval")
             if interval is not None and interval <= 0:  # Lightning divides by it mid-run
@@ -259,6 +263,7 @@ def _cli_class():
             timeout = config.get("collective_timeout")
             if timeout is not None and not timeout > 0:
                 raise InputError(f"collective_timeout must be > 0 seconds, got {timeout}")
+            self._collective_timeout = None  # the value set on the strategy, once it is built
             use_cpu_strategy(trainer)
 
         def instantiate_classes(self) -> None:
@@ -281,9 +286,7 @@ def _cli_class():
                     raise
                 raise RecipeError(f"trainer.val_check_interval: {_one_line(exc)}") from None
             except Exception as exc:  # a collective that timed out or lost a rank: one line
-                raise_collective_failure(
-                    exc, self.trainer, getattr(self, "_collective_timeout", None)
-                )
+                raise_collective_failure(exc, self.trainer, self._collective_timeout)
                 raise
 
         def after_instantiate_classes(self) -> None:
@@ -292,9 +295,8 @@ def _cli_class():
             use_atomic_checkpoints(self.trainer)
             check_scale(self.trainer, self.model, self.datamodule)
             add_run_callbacks(self.trainer)
-            config = self.config.get(self.config.get("subcommand") or "", self.config)
             self._collective_timeout = collective_timeout(
-                self.trainer, config.get("collective_timeout")
+                self.trainer, self._command_config().get("collective_timeout")
             )
 
     return LitRagCLI
@@ -357,8 +359,6 @@ def collective_timeout(trainer, seconds: float | None) -> float | None:
 def raise_collective_failure(exc: BaseException, trainer, timeout_s: float | None) -> None:
     """Raise :class:`~lit_rag.distributed.CollectiveError` (one line) when ``exc`` is a failed
     collective; return otherwise."""
-    from lit_rag.distributed import CollectiveError, collective_failure, failure_line
-
     failure = collective_failure(exc)
     if failure is None or trainer is None:
         return

@@ -5,12 +5,14 @@ left.
 The disk is real: a tmpfs of :data:`DISK` bytes mounted for the test, holding an earlier 64 KiB
 checkpoint, so the run's first checkpoint (the tiny recipe's policy and its optimizer state,
 about 440 KiB) finds no room and the write itself fails with ``ENOSPC``. Mounting needs root
-(``CAP_SYS_ADMIN``); without it the test is skipped, and ``tests/unit/test_checkpointing.py``
-covers the same error with the write failing in-process.
+(``CAP_SYS_ADMIN``); without it the test is skipped on a user's machine (a failure in CI, which
+runs as root), and ``tests/unit/test_checkpointing.py`` covers the same error with the write
+failing in-process.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +26,13 @@ TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
 DISK = 160 * 1024  # the earlier checkpoint (64 KiB of tensors) and the run's config.yaml fit
 
 
+def _unavailable(reason: str) -> None:
+    """Skip where a real small filesystem cannot be made; in CI (root) that is an error."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs as root and must mount the test's tmpfs: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def full_disk(tmp_path: Path):
     """A :data:`DISK`-byte tmpfs mounted on ``tmp_path/disk``, unmounted afterwards."""
@@ -31,7 +40,7 @@ def full_disk(tmp_path: Path):
     point.mkdir()
     mount = shutil.which("mount")
     if mount is None:
-        pytest.skip("no mount command to make a small filesystem")
+        _unavailable("no mount command to make a small filesystem")
     done = subprocess.run(
         [mount, "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(point)],
         capture_output=True,
@@ -39,7 +48,7 @@ def full_disk(tmp_path: Path):
         check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
+        _unavailable(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
     try:
         yield point
     finally:
