@@ -25,6 +25,7 @@ import yaml
 
 from lit_rag import registry
 from lit_rag.distributed import CollectiveError, collective_failure, failure_line
+from lit_rag.engine_fallback import hf_fallback
 from lit_rag.errors import DiskFullError, InputError, chain
 
 #: recipe key -> plugin kind
@@ -140,9 +141,11 @@ def _accelerator(args: list[str], recipes: dict[str, dict]) -> str | None:
 
 def resolve_args(args: list[str]) -> list[str]:
     """Rewrite ``--config`` files and ``--x.reward=name`` overrides (plugin names -> paths;
-    ``trainer.precision: auto`` -> the precision this machine runs fast, see lit_rag.precision)."""
+    ``trainer.precision: auto`` -> the precision this machine runs fast, see lit_rag.precision;
+    the vllm engine -> hf where vLLM cannot be installed, see lit_rag.engine_fallback)."""
     recipes: dict[str, dict] = {}
     accelerator = _accelerator(args, recipes)
+    fallback = hf_fallback()  # the hf engine for vllm where vLLM cannot be installed
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -153,6 +156,8 @@ def resolve_args(args: list[str]) -> list[str]:
             path = value if eq else args[i + 1]
             original = recipes[path] if path in recipes else _load_recipe(path)
             resolved = resolve_config(original)
+            if fallback is not None:
+                resolved = fallback.config(resolved)
             trainer = resolved.get("trainer")
             if isinstance(trainer, dict) and "precision" in trainer:
                 trainer["precision"] = _precision(trainer["precision"], accelerator)
@@ -169,11 +174,16 @@ def resolve_args(args: list[str]) -> list[str]:
                 if key == "--trainer.precision"
                 else _resolve_override(key, raw)
             )
-            out += [f"{key}={new}"] if eq else [key, new]
+            if fallback is not None:
+                new = fallback.override(key, new)
+            if new is not None:  # None: a vllm engine option the hf fallback does not take
+                out += [f"{key}={new}"] if eq else [key, new]
             i += 1 if eq else 2
             continue
         out.append(arg)
         i += 1
+    if fallback is not None:
+        fallback.announce()
     return out
 
 
@@ -526,6 +536,8 @@ USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
        lit-rag report RUN_DIR [--out DIR]
        lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter]
        lit-rag compare --config RECIPE CHECKPOINT [CHECKPOINT ...] [--json OUT]
+       lit-rag data PAPER [--source NAME=PATH ...] [--flashrag DIR] [--hub] [--out DIR] | --list
+       lit-rag evaluate --suite SUITE [--config RECIPE] [MODEL ...] [--limit N]
        lit-rag plugins
 --verbose (or LIT_RAG_VERBOSE=1) also shows the warnings third-party libraries print on every run.
 Train or evaluate RAG policies with RL. See README.md and recipes/."""
@@ -602,10 +614,20 @@ def main(argv: list[str] | None = None) -> None:
 
             export_main(args[1:])
             return
+        if args[:1] == ["evaluate"]:
+            from lit_rag.evaluate import main as evaluate_main
+
+            evaluate_main(args[1:])
+            return
         if args[:1] == ["compare"]:
             from lit_rag.compare import main as compare_main
 
             compare_main(args[1:])
+            return
+        if args[:1] == ["data"]:
+            from lit_rag.prepare import main as data_main
+
+            data_main(args[1:])
             return
         build_cli(args)
     except argparse.ArgumentError as exc:  # jsonargparse: unknown key, wrong type
@@ -624,6 +646,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"lit-rag: error: {_one_line(exc)}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except Exception as exc:  # e.g. a logger's own write failing as the run stops on a full disk
+        missing = _missing_vllm(exc)
+        if missing is not None:
+            print(f"lit-rag: error: {missing}", file=sys.stderr)
+            raise SystemExit(2) from None
         full = next((e for e in chain(exc) if isinstance(e, DiskFullError)), None)
         if full is None:
             raise
@@ -633,6 +659,20 @@ def main(argv: list[str] | None = None) -> None:
         if _stopped_by_sigterm(exc):  # Lightning exits 0 there; a scheduler must see the signal
             raise SystemExit(128 + 15) from None
         raise
+
+
+def _missing_vllm(exc: BaseException) -> str | None:
+    """The vllm engine's install hint with the import error under it (``No module named
+    'vllm'``, or what a broken vLLM install raised), when ``exc`` comes from vLLM not importing."""
+    if "lit_rag.plugins.engines.vllm_support" not in sys.modules:
+        return None
+    from lit_rag.plugins.engines.vllm_support import INSTALL_HINT
+
+    for error in chain(exc):
+        if isinstance(error, ImportError) and str(error) == INSTALL_HINT:
+            cause = error.__cause__
+            return f"{INSTALL_HINT} ({_one_line(cause)})" if cause is not None else INSTALL_HINT
+    return None
 
 
 def _stopped_by_sigterm(exc: SystemExit) -> bool:

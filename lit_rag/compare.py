@@ -14,12 +14,11 @@ Nothing is logged to the run folders: the trainer's logger is off.
 
 from __future__ import annotations
 
-import argparse
 import json
 import warnings
 from pathlib import Path
 
-from lit_rag.errors import InputError
+from lit_rag.errors import CommandParser, InputError
 
 USAGE = (
     "lit-rag compare --config RECIPE CHECKPOINT [CHECKPOINT ...] [--json OUT] [--no-untrained] "
@@ -28,14 +27,9 @@ USAGE = (
 UNTRAINED = "untrained"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line through the CLI, never argparse's usage + exit
-        raise InputError(f"compare: {message} (usage: {USAGE})")
-
-
 def main(args: list[str]) -> None:
     """``lit-rag compare``: see the module docstring."""
-    parser = _Parser(prog="lit-rag compare", usage=USAGE)
+    parser = CommandParser("compare", USAGE)
     parser.add_argument("checkpoints", nargs="*", help=".ckpt files of runs of this recipe")
     parser.add_argument("--config", required=True, help="the recipe the runs were trained with")
     parser.add_argument("--json", default=None, help="also write the table as JSON to this file")

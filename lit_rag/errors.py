@@ -12,6 +12,7 @@ so :class:`DiskFullError` is an :class:`InputError` too.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 
 
@@ -34,3 +35,20 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse for a ``lit-rag`` command whose usage errors are one :class:`InputError` line
+    (``<command>: <what is wrong> (usage: ...)``), never argparse's usage text and exit.
+
+    Args:
+        command: The command's name as it starts the line (``compare``).
+        usage: The usage the line ends with.
+    """
+
+    def __init__(self, command: str, usage: str, **kwargs) -> None:
+        super().__init__(prog=f"lit-rag {command}", usage=usage, **kwargs)
+        self.command = command
+
+    def error(self, message: str):
+        raise InputError(f"{self.command}: {message} (usage: {self.usage})")

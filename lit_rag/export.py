@@ -21,27 +21,21 @@ only which tensor goes where, and a key the recipe's model has not is an error, 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 import torch
 
-from lit_rag.errors import InputError
+from lit_rag.errors import CommandParser, InputError
 
 USAGE = (
     "lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter] [--model.policy.KEY=VALUE ...]"
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line through the CLI, never argparse's usage + exit
-        raise InputError(f"export: {message} (usage: {USAGE})")
-
-
 def main(args: list[str]) -> None:
     """``lit-rag export``: see the module docstring."""
-    parser = _Parser(prog="lit-rag export", usage=USAGE, add_help=True)
+    parser = CommandParser("export", USAGE, add_help=True)
     parser.add_argument("checkpoint", help="a .ckpt file of a lit-rag run")
     parser.add_argument("--config", required=True, help="the recipe the run was trained with")
     parser.add_argument("--out", required=True, help="a new (or empty) folder")

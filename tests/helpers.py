@@ -264,3 +264,25 @@ def tiny_folder(folder: Path, window: int | None = None) -> str:
     model.save_pretrained(folder)
     load_tokenizer(config).save_pretrained(folder)
     return str(folder)
+
+
+class AnswerBook(RolloutEngine):
+    """An engine that answers from a book: the completion for a prompt is
+    ``<answer>BOOK[question]</answer>`` for the first question of ``book`` found in the decoded
+    prompt (``<answer></answer>`` when none is), so a test knows every metric by hand.
+    Recipes name it as ``engine: {class_path: helpers.AnswerBook, init_args: {book: {...}}}``."""
+
+    def __init__(self, book: dict[str, str]):
+        self.book = dict(book)
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            answer = next((a for q, a in self.book.items() if q in text), "")
+            completion = f"<answer>{answer}</answer>"
+            ids = torch.tensor(
+                self.tokenizer(completion, add_special_tokens=False)["input_ids"], dtype=torch.long
+            )
+            out.append(Generation(ids, torch.full((len(ids),), -0.5), completion, True))
+        return out

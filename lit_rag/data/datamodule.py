@@ -365,6 +365,12 @@ class QADataModule(L.LightningDataModule):
                 "lit-rag test needs test data: set data.test (a file or 'synthetic')"
             )
 
+    def use_val(self, source: str, num_val: int | None = None) -> None:
+        """Validate on another file from now on (its first ``num_val`` examples): ``lit-rag
+        evaluate`` runs one recipe over a suite's datasets in turn."""
+        self.val_source, self.num_val = source, num_val
+        self._splits.pop("val", None)
+
     def train_examples(self) -> list[Example]:
         """The training examples (after ``num_train`` and ``max_references``)."""
         return self._load("train")

@@ -37,7 +37,7 @@ from lit_rag.reward import Reward
 from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
 from lit_rag.rollout.weights import strip_wrappers
 from lit_rag.step import StepOutput
-from lit_rag.text import PUNCTUATION_MODES
+from lit_rag.text import PUNCTUATION_MODES, exact_match, f1_score
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -524,7 +524,10 @@ class PolicyModule(LightningModule):
         return self._logprobs(self.model, self._idle_batch(), 1).sum() * 0.0
 
     # ---- validation ----------------------------------------------------------------------
-    def validation_step(self, batch: list[Example], batch_idx: int) -> None:
+    def validation_step(self, batch: list[Example], batch_idx: int) -> dict[str, list[dict]]:
+        """Greedy rollouts scored and logged; returns each question's answer (``predictions``:
+        id, question, gold answers, answer, completion, EM, F1) for callbacks such as
+        ``lit-rag evaluate``'s."""
         trajectories = self.rollout(batch, self.val_sampling, None)
         rewards = self.reward(trajectories)
         answers = [self.environment.extract_answer(t) for t in trajectories]
@@ -535,9 +538,24 @@ class PolicyModule(LightningModule):
         self._log(metrics, batch_size=len(batch), on_step=False, on_epoch=True)
         self.log("val/em", self.val_em, on_epoch=True, batch_size=len(batch), prog_bar=True)
         self.log("val/f1", self.val_f1, on_epoch=True, batch_size=len(batch))
+        mode = self.val_em.punctuation
+        return {
+            "predictions": [
+                {
+                    "id": t.example.id,
+                    "question": t.example.question,
+                    "answers": list(t.example.answers),
+                    "prediction": answer,
+                    "completion": t.text,
+                    "em": exact_match(answer, list(t.example.answers), mode),
+                    "f1": f1_score(answer, list(t.example.answers), mode),
+                }
+                for t, answer in zip(trajectories, answers)
+            ]
+        }
 
-    def test_step(self, batch: list[Example], batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
+    def test_step(self, batch: list[Example], batch_idx: int) -> dict[str, list[dict]]:
+        return self.validation_step(batch, batch_idx)
 
     # ---- bookkeeping ---------------------------------------------------------------------
     def _rollout_metrics(

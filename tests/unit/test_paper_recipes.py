@@ -144,7 +144,10 @@ ROWS = [
         0.3,
         "Section 3.2: r_act from p(t) >= 0.3",
     ),
-    ("evo_rag", "data.num_train", 1000, "Section 4.1: 1,000 HotpotQA questions"),
+    # Section 4.1's 1,000 HotpotQA questions are sampled by `lit-rag data evo_rag` (its count is
+    # pinned in test_recipe_data_is_what_lit_rag_data_writes); the data module takes them whole
+    ("evo_rag", "data.num_train", None, "lit-rag data evo_rag wrote the 1,000 of Section 4.1"),
+    ("evo_rag", "data.num_val", None, "lit-rag data evo_rag wrote the 500 validation questions"),
 ]
 
 
@@ -189,3 +192,36 @@ def test_last_checkpoint_follows_every_save(path):
             assert not args.get("monitor"), f"{path.name}: save_last on a monitored checkpoint"
     if checkpoints:
         assert any(args.get("save_last") for args in checkpoints), f"{path.name}: no last.ckpt"
+
+
+#: paper recipe -> the ``lit-rag data`` paper whose files it reads
+RECIPE_DATA = {
+    "arena": "arena",
+    "r2ag": "r2ag",
+    "eval_rar": "search_r1",
+    "search_r1": "search_r1",
+    "evo_rag": "evo_rag",
+}
+#: each paper's training sample, (source, count) (None: every record), and where it is stated
+PAPER_TRAIN = {
+    "arena": {("hotpotqa-train", 10_000), ("2wiki-train", 10_000), ("musique-train", 5_000)},
+    "r2ag": {("hotpotqa-train", 500), ("2wiki-train", 3_000), ("musique-train", 1_174)},  # B.2
+    "search_r1": {("nq-train", None), ("hotpotqa-train", None)},  # A.4: 79,168 + 90,447
+    "evo_rag": {("hotpotqa-train", 1_000)},  # Section 4.1
+}  # arena: Table 2 and Appendix B
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_DATA))
+def test_recipe_data_is_what_lit_rag_data_writes(recipe):
+    """A paper recipe trains and validates on the files ``lit-rag data PAPER`` writes, in its
+    default folder, and the paper's training counts are the ones the command samples."""
+    from lit_rag.prepare import PAPERS, paper
+
+    spec = paper(recipe)
+    assert spec is PAPERS[RECIPE_DATA[recipe]] and recipe in spec.recipes
+    for key in ("train", "val"):
+        path = value(recipe, f"data.{key}")
+        assert path == f"data/{spec.name}/{key}.jsonl", f"{recipe}.yaml data.{key} is {path}"
+        assert f"{key}.jsonl" in spec.outputs
+    train = {(t.source, t.count) for f in spec.files if f.role == "train" for t in f.takes}
+    assert train == PAPER_TRAIN[spec.name]
