@@ -68,21 +68,17 @@ def _evaluate(capsys, *args: str) -> str:
     return capsys.readouterr().out
 
 
+def _suite(capsys, suite: str, recipe: Path, data: Path, out: Path, *extra: str) -> str:
+    """``lit-rag evaluate --suite SUITE`` on the scripted recipe; returns the table."""
+    args = ["--suite", suite, "--config", str(recipe), "--data", str(data), "--out", str(out)]
+    return _evaluate(capsys, *args, *extra)
+
+
 def test_scores_each_dataset_by_hand_and_prints_the_papers_rows(
     capsys, suite_dir, recipe, tmp_path
 ):
     out_dir = tmp_path / "out"
-    table = _evaluate(
-        capsys,
-        "--suite",
-        "search-r1",
-        "--config",
-        str(recipe),
-        "--data",
-        str(suite_dir),
-        "--out",
-        str(out_dir),
-    )
+    table = _suite(capsys, "search-r1", recipe, suite_dir, out_dir)
     record = read_record(out_dir / "untrained" / "record.json")
     assert record["metrics"]["nq"]["EM"] == pytest.approx(1 / 3)
     assert record["metrics"]["bamboogle"]["EM"] == pytest.approx(1 / 2)
@@ -123,19 +119,7 @@ def test_scores_each_dataset_by_hand_and_prints_the_papers_rows(
 
 
 def test_limit_cuts_each_dataset_and_the_table_says_so(capsys, suite_dir, recipe, tmp_path):
-    table = _evaluate(
-        capsys,
-        "--suite",
-        "search-r1",
-        "--config",
-        str(recipe),
-        "--data",
-        str(suite_dir),
-        "--out",
-        str(tmp_path / "out"),
-        "--limit",
-        "2",
-    )
+    table = _suite(capsys, "search-r1", recipe, suite_dir, tmp_path / "out", "--limit", "2")
     record = read_record(tmp_path / "out" / "untrained" / "record.json")
     assert record["questions"] == {"nq": 2, "bamboogle": 2}
     assert record["metrics"]["nq"]["EM"] == pytest.approx(1 / 2)
@@ -143,17 +127,7 @@ def test_limit_cuts_each_dataset_and_the_table_says_so(capsys, suite_dir, recipe
 
 
 def test_records_with_different_protocols_say_what_differs(capsys, suite_dir, recipe, tmp_path):
-    _evaluate(
-        capsys,
-        "--suite",
-        "search-r1",
-        "--config",
-        str(recipe),
-        "--data",
-        str(suite_dir),
-        "--out",
-        str(tmp_path / "out"),
-    )
+    _suite(capsys, "search-r1", recipe, suite_dir, tmp_path / "out")
     first = tmp_path / "out" / "untrained" / "record.json"
     record = json.loads(first.read_text())
     record["model"]["label"] = "other"

