@@ -1,4 +1,5 @@
-"""The ``lit-rag`` command: LightningCLI (fit / validate / test) plus ``plugins``.
+"""The ``lit-rag`` command: LightningCLI (fit / validate / test) and lit-rag's own commands
+(compare, evaluate, report, export, data, index, plugins), listed in :data:`COMMANDS`.
 
 A recipe names plugins by their registered names (``class_path: grpo``). jsonargparse only
 resolves dotted paths (or class names it has already seen), so before it parses, the
@@ -26,7 +27,7 @@ import yaml
 from lit_rag import registry
 from lit_rag.distributed import CollectiveError, collective_failure, failure_line
 from lit_rag.engine_fallback import hf_fallback
-from lit_rag.errors import DiskFullError, InputError, chain
+from lit_rag.errors import CommandParser, DiskFullError, InputError, chain
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -233,6 +234,12 @@ def _cli_class():
                 super().parse_arguments(parser, args)
             finally:
                 sys.argv = saved  # restored: DDP's launcher re-runs sys.argv on the other ranks
+
+        @staticmethod
+        def subcommands() -> dict[str, set[str]]:
+            """Lightning's Trainer commands that lit-rag runs: :data:`TRAINER_COMMANDS`."""
+            commands = LightningCLI.subcommands()
+            return {name: commands[name] for name in TRAINER_COMMANDS}
 
         def _parse_ckpt_path(self) -> None:
             """Check ``--ckpt_path`` before anything is built; never take settings from it.
@@ -493,6 +500,16 @@ def _unknown_option(text: str, path: str, option: str) -> str:
 _PARSER_KWARGS = {"default_env": False, "exit_on_error": False, "allow_abbrev": False}
 
 
+def _help_formatter() -> type:
+    """jsonargparse's help formatter, keeping the line breaks of :data:`TRAINER_HELP`."""
+    from jsonargparse import DefaultHelpFormatter
+
+    class TrainerHelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        pass
+
+    return TrainerHelpFormatter
+
+
 def build_cli(args: list[str], run: bool = True):
     """The LightningCLI over :class:`PolicyModule` and :class:`QADataModule`.
 
@@ -507,8 +524,16 @@ def build_cli(args: list[str], run: bool = True):
     cli_class = _cli_class()
     parser_kwargs = {
         **_PARSER_KWARGS,
-        **{name: dict(_PARSER_KWARGS) for name in ("fit", "validate", "test")},
+        "prog": "lit-rag",
+        "description": DESCRIPTION,
+        "formatter_class": _help_formatter(),  # the commands' parsers get it from this one
     }
+    for name in TRAINER_COMMANDS:
+        parser_kwargs[name] = {
+            **_PARSER_KWARGS,
+            "usage": f"lit-rag {name} --config RECIPE [--KEY=VALUE ...]",
+            "description": TRAINER_HELP[name],
+        }
     if _names_module_class(args):
         return cli_class(
             LightningModule,
@@ -531,53 +556,104 @@ def build_cli(args: list[str], run: bool = True):
     )
 
 
-USAGE = """usage: lit-rag {fit,validate,test} --config RECIPE [--key=value ...]
-       lit-rag index {build,search,eval,serve,import} ...
-       lit-rag report RUN_DIR [--out DIR]
-       lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter]
-       lit-rag compare --config RECIPE CHECKPOINT [CHECKPOINT ...] [--json OUT]
-       lit-rag data PAPER [--source NAME=PATH ...] [--flashrag DIR] [--hub] [--out DIR] | --list
-       lit-rag evaluate --suite SUITE [--config RECIPE] [MODEL ...] [--limit N]
-       lit-rag plugins
---verbose (or LIT_RAG_VERBOSE=1) also shows the warnings third-party libraries print on every run.
-Train or evaluate RAG policies with RL. See README.md and recipes/."""
+#: lit-rag's commands in the order ``lit-rag --help`` lists them, each with its line there; a
+#: command's own ``--help`` opens with the same line
+COMMANDS = {
+    "fit": "Train a policy with RL from a YAML recipe.",
+    "validate": "Score a policy on the recipe's validation data.",
+    "test": "Score a policy on the recipe's test data.",
+    "compare": "Validate the untrained policy and each checkpoint, side by side.",
+    "evaluate": "Score models on a paper's benchmark suite, beside the paper's results.",
+    "report": "Plot a run's curves and sampled rollouts as PNG files and an HTML page.",
+    "export": "Save a checkpoint's policy as a Hugging Face model folder.",
+    "data": "Prepare a paper recipe's data sets from local or FlashRAG files.",
+    "index": "Build, search, score, serve and import retrieval indexes.",
+    "plugins": "List the installed algorithms, rewards, retrievers and other plugins.",
+}
 
-#: LightningCLI's subcommands with the help it gives each: ``docstring_parser``'s short
-#: description of ``Trainer.<command>`` (so cut mid-sentence where Lightning cuts it). Kept here
-#: so that ``lit-rag --help`` prints without importing Lightning; tests compare it with Lightning.
-TRAINER_COMMANDS = {
-    "fit": "Runs the full optimization routine.",
-    "validate": "Perform one evaluation epoch over the validation set.",
-    "test": "Perform one evaluation epoch over the test set. It's separated from fit to make sure "
-    "you never run on your",
-    "predict": "Run inference on your data. This will call the model forward function to compute "
-    "predictions. Useful to",
+#: the commands LightningCLI runs (Trainer methods). Not ``predict``: no lit-rag module has a
+#: ``predict_step`` nor any data module a ``predict_dataloader``, so ``Trainer.predict`` fails.
+TRAINER_COMMANDS = ("fit", "validate", "test")
+
+USAGE = "usage: lit-rag COMMAND [options]"
+
+DESCRIPTION = (
+    "Train and evaluate retrieval-augmented generation (RAG) policies with reinforcement learning."
+)
+
+_EXAMPLES = """\
+examples:
+  lit-rag fit --config recipes/quickstart.yaml                  ARENA on CPU with a small model
+  lit-rag fit --config recipes/quickstart.yaml --model.lr=5e-4  override a recipe's value
+  lit-rag COMMAND --help                                        a command's options
+
+The recipes are in recipes/; recipes/README.md lists them. --verbose (or LIT_RAG_VERBOSE=1)
+also shows the warnings third-party libraries print on every run."""
+
+#: what ``lit-rag fit --help`` (and validate, test) prints above LightningCLI's options
+TRAINER_HELP = {
+    "fit": """\
+Train a policy with RL from a YAML recipe.
+
+  lit-rag fit --config recipes/quickstart.yaml
+  lit-rag fit --config recipes/quickstart.yaml --model.lr=5e-4 --trainer.max_steps=48
+  lit-rag fit --config recipes/quickstart.yaml --ckpt_path CHECKPOINT
+
+A recipe sets the trainer, the model (policy, environment, reward, algorithm) and the data;
+recipes/README.md lists the recipes in recipes/. Every option below overrides the
+recipe's value (--model.lr=5e-4). Plugins go by their registered names (--model.reward=f1;
+lit-rag plugins lists them). --ckpt_path resumes a run from one of its checkpoints
+(runs/NAME/version_N/checkpoints/last.ckpt).""",
+    "validate": """\
+Score a policy on the recipe's validation data.
+
+  lit-rag validate --config recipes/quickstart.yaml
+  lit-rag validate --config recipes/quickstart.yaml --ckpt_path CHECKPOINT
+  lit-rag validate --config recipes/quickstart.yaml --data.val=FILE
+
+Greedy rollouts, their rewards, EM and F1. Without --ckpt_path the recipe's untrained policy
+is scored. The options are fit's; lit-rag compare scores several checkpoints in one table.""",
+    "test": """\
+Score a policy on the recipe's test data.
+
+  lit-rag test --config recipes/quickstart.yaml --data.test=synthetic
+  lit-rag test --config RECIPE --data.test=FILE --ckpt_path CHECKPOINT
+
+What validate scores, on data.test. Recipes set no test data: give it with --data.test (a
+file or synthetic). Without --ckpt_path the recipe's untrained policy is scored. The options
+are fit's; lit-rag evaluate scores a paper's benchmark suite.""",
 }
 
 
+def help_text() -> str:
+    """What ``lit-rag --help`` prints: the usage, one line per command, examples."""
+    width = max(len(name) for name in COMMANDS) + 3
+    commands = "\n".join(f"  {name.ljust(width)}{line}" for name, line in COMMANDS.items())
+    return f"{USAGE}\n\n{DESCRIPTION}\n\ncommands:\n{commands}\n\n{_EXAMPLES}"
+
+
 def print_help() -> None:
-    """``lit-rag --help``: :data:`USAGE`, then the help of LightningCLI's top-level parser.
+    """``lit-rag --help``, printed without importing Lightning or torch (see the module
+    docstring); ``lit-rag fit --help`` and the others are each command's own."""
+    print(help_text())
 
-    The second part comes from the top-level parser LightningCLI builds (jsonargparse,
-    ``--config``, one subcommand per Trainer method), here with empty subcommand parsers, so no
-    torch or Lightning is imported. ``lit-rag fit --help`` and the others are LightningCLI's own.
-    """
-    from jsonargparse import ActionConfigFile, ArgumentParser
 
-    parser = ArgumentParser(
-        description="Lightning Trainer command line tool", env_prefix="PL", **_PARSER_KWARGS
+def _asks_top_level_help(args: list[str]) -> bool:
+    """``-h`` / ``--help`` with no command: ``lit-rag --help``, ``lit-rag -c RECIPE --help``."""
+    return any(a in ("-h", "--help") for a in args) and not any(a in COMMANDS for a in args)
+
+
+def plugins_parser() -> CommandParser:
+    """The parser of ``lit-rag plugins`` (no arguments; ``--help``)."""
+    return CommandParser(
+        "plugins",
+        "lit-rag plugins",
+        description=(
+            f"{COMMANDS['plugins']} A row per plugin: its kind, the name a recipe gives it "
+            "(class_path: grpo), the package it comes from and what it loads. A package adds "
+            "plugins through Python entry points (lit_rag.rewards, lit_rag.retrievers, ...)."
+        ),
     )
-    parser.add_argument(
-        "-c",
-        "--config",
-        action=ActionConfigFile,
-        help="Path to a configuration file in json or yaml format.",
-    )
-    subcommands = parser.add_subcommands()
-    for name, text in TRAINER_COMMANDS.items():
-        subcommands.add_subcommand(name, ArgumentParser(description=text), help=text)
-    print(USAGE)
-    parser.print_help()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -587,13 +663,18 @@ def main(argv: list[str] | None = None) -> None:
     if not loud:
         console.quiet()
     if not args:
-        print(USAGE)
+        print_help()
         raise SystemExit(2)
-    if args in (["-h"], ["--help"]):
+    if _asks_top_level_help(args):
         print_help()
         raise SystemExit(0)  # as argparse's --help does
     try:
+        if not args[0].startswith("-") and args[0] not in COMMANDS:
+            raise InputError(
+                f"unknown command '{args[0]}'; commands: {', '.join(COMMANDS)} (lit-rag --help)"
+            )
         if args[:1] == ["plugins"]:
+            plugins_parser().parse_args(args[1:])  # --help, or an error for any argument
             print_plugins()
             return
         if args[:1] == ["index"]:

@@ -14,6 +14,7 @@ Nothing is logged to the run folders: the trainer's logger is off.
 
 from __future__ import annotations
 
+import argparse
 import json
 import warnings
 from pathlib import Path
@@ -25,17 +26,45 @@ USAGE = (
     "[--data.val=FILE ...]"
 )
 UNTRAINED = "untrained"
+#: ``lit-rag compare --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = """\
+Validate the untrained policy and each checkpoint, side by side.
+
+  lit-rag compare --config recipes/quickstart.yaml \\
+      runs/quickstart/version_0/checkpoints/last.ckpt
+  lit-rag compare --config RECIPE CHECKPOINT CHECKPOINT --json table.json --no-untrained
+
+One process scores each on the recipe's validation data with the same greedy decoding and
+prints a table: a column per policy, each checkpoint's change from the untrained one. Recipe
+overrides work as for lit-rag validate (--data.val=FILE scores another file)."""
+
+
+def build_parser() -> CommandParser:
+    """The parser of ``lit-rag compare`` (recipe overrides are what it leaves)."""
+    parser = CommandParser(
+        "compare",
+        USAGE,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "checkpoints", nargs="*", metavar="CHECKPOINT", help=".ckpt files of runs of this recipe"
+    )
+    parser.add_argument(
+        "--config", required=True, metavar="RECIPE", help="the recipe the runs were trained with"
+    )
+    parser.add_argument(
+        "--json", default=None, metavar="OUT", help="also write the table as JSON to this file"
+    )
+    parser.add_argument(
+        "--no-untrained", action="store_true", help="leave out the untrained policy's column"
+    )
+    return parser
 
 
 def main(args: list[str]) -> None:
     """``lit-rag compare``: see the module docstring."""
-    parser = CommandParser("compare", USAGE)
-    parser.add_argument("checkpoints", nargs="*", help=".ckpt files of runs of this recipe")
-    parser.add_argument("--config", required=True, help="the recipe the runs were trained with")
-    parser.add_argument("--json", default=None, help="also write the table as JSON to this file")
-    parser.add_argument(
-        "--no-untrained", action="store_true", help="leave out the untrained policy's column"
-    )
+    parser = build_parser()
     options, overrides = parser.parse_known_args(args)
     unknown = [word for word in overrides if not word.startswith("--")]
     if unknown:

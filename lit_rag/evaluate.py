@@ -61,20 +61,62 @@ DASH = "–"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
-def _parser() -> CommandParser:
-    parser = CommandParser("evaluate", USAGE, add_help=True)
-    parser.add_argument("models", nargs="*", help="untrained, .ckpt files, model folders")
-    parser.add_argument("--suite", choices=list(SUITES), help="the benchmark suite")
-    parser.add_argument("--config", help="the recipe (default: the suite's recipe)")
-    parser.add_argument("--data", help="folder of test_<dataset>.jsonl (default data/<paper>)")
-    parser.add_argument("--limit", type=int, help="the first N questions of each dataset")
-    parser.add_argument("--out", help="records and predictions (default runs/evaluate/<suite>)")
-    parser.add_argument("--judge", help="OpenAI-compatible endpoint of the LJ judge (.../v1)")
-    parser.add_argument("--judge-model", help="the judge's model name at the endpoint")
-    parser.add_argument(
-        "--judge-key-env", default="OPENAI_API_KEY", help="environment variable with its key"
+#: ``lit-rag evaluate --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = """\
+Score models on a paper's benchmark suite, beside the paper's results.
+
+  lit-rag evaluate --suite search-r1 --limit 5
+  lit-rag evaluate --suite arena --config recipes/arena.yaml untrained \\
+      runs/arena/version_0/checkpoints/last.ckpt exported/arena \\
+      --judge http://127.0.0.1:8000/v1 --judge-model Qwen2.5-72B-Instruct
+  lit-rag evaluate --records runs/evaluate/search-r1/*/record.json
+
+Each model answers every test set of the suite greedily, through the recipe's environment,
+retriever and engine. One table prints: a row per model, the paper's published rows under
+it. Each model's record.json (metrics and the full protocol) and predictions go to --out.
+The test sets come from lit-rag data; recipe overrides work as for lit-rag validate."""
+
+
+def build_parser() -> CommandParser:
+    """The parser of ``lit-rag evaluate`` (recipe overrides are what it leaves)."""
+    parser = CommandParser(
+        "evaluate",
+        USAGE,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--records", nargs="+", help="print the table of saved records")
+    parser.add_argument(
+        "models",
+        nargs="*",
+        metavar="MODEL",
+        help="untrained (the recipe's policy; the default), .ckpt files, model folders",
+    )
+    parser.add_argument("--suite", choices=list(SUITES), help="the benchmark suite")
+    parser.add_argument(
+        "--config", metavar="RECIPE", help="the recipe (default: the suite's recipe)"
+    )
+    parser.add_argument(
+        "--data", metavar="DIR", help="folder of test_<dataset>.jsonl (default data/<paper>)"
+    )
+    parser.add_argument(
+        "--limit", type=int, metavar="N", help="the first N questions of each dataset"
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="records and predictions (default runs/evaluate/<suite>)"
+    )
+    parser.add_argument(
+        "--judge", metavar="URL", help="OpenAI-compatible endpoint of the LJ judge (.../v1)"
+    )
+    parser.add_argument("--judge-model", metavar="NAME", help="the judge's model name there")
+    parser.add_argument(
+        "--judge-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--records", nargs="+", metavar="RECORD", help="print the table of saved record.json files"
+    )
     # a child process evaluating one model folder: write the record, print no table
     parser.add_argument("--label", help=argparse.SUPPRESS)
     parser.add_argument("--record-only", action="store_true", help=argparse.SUPPRESS)
@@ -83,7 +125,7 @@ def _parser() -> CommandParser:
 
 def main(args: list[str]) -> None:
     """``lit-rag evaluate``: see the module docstring."""
-    options, overrides = _parser().parse_known_args(args)
+    options, overrides = build_parser().parse_known_args(args)
     unknown = [word for word in overrides if not word.startswith("--")]
     if unknown:
         raise InputError(f"evaluate: {unknown[0]!r} is not an option (usage: {USAGE})")

@@ -21,27 +21,55 @@ only which tensor goes where, and a key the recipe's model has not is an error, 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from lit_rag.errors import CommandParser, InputError
+
+if TYPE_CHECKING:
+    import torch
 
 USAGE = (
     "lit-rag export CHECKPOINT --config RECIPE --out DIR [--adapter] [--model.policy.KEY=VALUE ...]"
 )
+#: ``lit-rag export --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = """\
+Save a checkpoint's policy as a Hugging Face model folder.
+
+  lit-rag export runs/quickstart/version_0/checkpoints/last.ckpt \\
+      --config recipes/quickstart.yaml --out exported/quickstart
+  lit-rag export CHECKPOINT --config RECIPE --out DIR --adapter   the LoRA adapter alone
+
+The recipe names the base model; the checkpoint holds what training changed. LoRA adapters
+are merged into the base weights unless --adapter. The folder loads with transformers'
+AutoModelForCausalLM.from_pretrained or vllm serve. Recipe overrides work as for lit-rag fit
+(--model.policy.path=DIR)."""
+
+
+def build_parser() -> CommandParser:
+    """The parser of ``lit-rag export`` (recipe overrides are what it leaves)."""
+    parser = CommandParser(
+        "export",
+        USAGE,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoint", help="a .ckpt file of a lit-rag run")
+    parser.add_argument(
+        "--config", required=True, metavar="RECIPE", help="the recipe the run was trained with"
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder")
+    parser.add_argument(
+        "--adapter", action="store_true", help="write the LoRA adapter alone, not merged"
+    )
+    return parser
 
 
 def main(args: list[str]) -> None:
     """``lit-rag export``: see the module docstring."""
-    parser = CommandParser("export", USAGE, add_help=True)
-    parser.add_argument("checkpoint", help="a .ckpt file of a lit-rag run")
-    parser.add_argument("--config", required=True, help="the recipe the run was trained with")
-    parser.add_argument("--out", required=True, help="a new (or empty) folder")
-    parser.add_argument(
-        "--adapter", action="store_true", help="write the LoRA adapter alone, not merged"
-    )
+    parser = build_parser()
     options, overrides = parser.parse_known_args(args)
     out = export(
         options.checkpoint,
@@ -70,6 +98,8 @@ def export(
         InputError: a bad checkpoint, a non-empty ``out``, ``adapter`` without LoRA, or a
             checkpoint whose weights do not fit the recipe's model.
     """
+    import torch
+
     from lit_rag.checkpointing import check_checkpoint_file, load_error
     from lit_rag.models import has_adapters
     from lit_rag.modules.loading import load_model, load_tokenizer
@@ -125,6 +155,8 @@ def load_trained_weights(model: torch.nn.Module, state: dict, checkpoint: Path, 
     Raises:
         InputError: naming the checkpoint and the first keys that do not fit.
     """
+    import torch
+
     from lit_rag.rollout.weights import strip_wrappers
 
     weights = state.get("state_dict") if isinstance(state, dict) else None

@@ -1,4 +1,5 @@
-"""``lit-rag index build | search | eval | serve``: build, query, score and serve retrieval indexes.
+"""``lit-rag index build | search | eval | serve | import``: build, query, score, serve and import
+retrieval indexes.
 
     lit-rag index build --corpus corpus.jsonl --retriever bm25 --out indexes/wiki-bm25
     lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
@@ -21,8 +22,10 @@ import json
 import time
 
 from lit_rag import registry
+from lit_rag.data.readers import FORMATS
 from lit_rag.errors import InputError
 from lit_rag.retrieval.base import IndexedRetriever, Retriever, check_search_args, open_index
+from lit_rag.retrieval.corpus import CORPUS_FORMATS
 
 _ENCODER_HELP = (
     "dense and hybrid indexes: the encoder the index was built with (default: the "
@@ -40,14 +43,47 @@ _TRUST_HELP = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lit-rag index", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser(
-        "build",
-        help="index a corpus",
-        epilog=_BUILD_EPILOG,
+#: ``lit-rag index --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = "Build, search, score, serve and import retrieval indexes."
+_EXAMPLES = """\
+examples:
+  lit-rag index build --corpus corpus.jsonl --retriever bm25 --out indexes/wiki-bm25
+  lit-rag index search indexes/wiki-bm25 "who founded Orbel Mills" -k 5
+  lit-rag index eval indexes/wiki-bm25 --data hotpot_dev.json -k 1 5 10
+  lit-rag index serve indexes/wiki-bm25 --port 8000
+  lit-rag index import --faiss e5_Flat.index --corpus wiki-18.jsonl \\
+      --encoder intfloat/e5-base-v2 --out indexes/wiki18-e5
+
+lit-rag index COMMAND --help: a command's options.
+"""
+#: each command's line in ``lit-rag index --help``, and the start of its own ``--help``
+INDEX_COMMANDS = {
+    "build": "Index a corpus with a registered retriever (bm25, dense, hybrid, ...).",
+    "search": "Print the passages an index ranks first for a query.",
+    "eval": "Score an index on a QA file with gold passages: Recall@k, Full-Recall@k, mAP.",
+    "serve": "Serve an index over HTTP with Search-R1's API (POST /retrieve).",
+    "import": "Import a FlashRAG or Search-R1 faiss index and its corpus, encoding nothing again.",
+}
+_INDEX_HELP = "index folder (written by lit-rag index build or import)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``lit-rag index`` and its commands (retriever options of ``build`` are
+    parsed later, from what this parser leaves)."""
+    parser = argparse.ArgumentParser(
+        prog="lit-rag index",
+        description=DESCRIPTION,
+        epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, title="commands")
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        line = INDEX_COMMANDS[name]
+        return sub.add_parser(name, help=line, description=line, **kwargs)
+
+    build = command(
+        "build", epilog=_BUILD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     build.add_argument(
         "--corpus",
@@ -57,7 +93,11 @@ def _parser() -> argparse.ArgumentParser:
             "or synthetic[:SEED] (the bundled world)"
         ),
     )
-    build.add_argument("--format", default="auto", help="corpus format (default: auto)")
+    build.add_argument(
+        "--format",
+        default="auto",
+        help=f"corpus format: {', '.join(CORPUS_FORMATS)} (default: auto, from its first record)",
+    )
     build.add_argument(
         "--retriever",
         default="bm25",
@@ -69,22 +109,35 @@ def _parser() -> argparse.ArgumentParser:
         default="bm25,dense",
         help="hybrid: the registered retrievers it fuses (default: bm25,dense)",
     )
-    search = sub.add_parser("search", help="query an index")
-    search.add_argument("index")
-    search.add_argument("query", nargs="+")
-    search.add_argument("-k", type=int, default=5)
-    evaluate = sub.add_parser(
-        "eval", help="Recall@k, Full-Recall@k and mAP on a QA file with gold passages"
+    search = command("search")
+    search.add_argument("index", help=_INDEX_HELP)
+    search.add_argument("query", nargs="+", help="the query (several words are joined by spaces)")
+    search.add_argument("-k", type=int, default=5, help="passages to print (default: 5)")
+    evaluate = command("eval")
+    evaluate.add_argument("index", help=_INDEX_HELP)
+    evaluate.add_argument(
+        "--data",
+        required=True,
+        help="QA file whose questions name their gold passages (HotpotQA, 2Wiki, MuSiQue, "
+        "lit-rag JSONL with gold_ids)",
     )
-    evaluate.add_argument("index")
-    evaluate.add_argument("--data", required=True)
-    evaluate.add_argument("--format", default="auto")
-    evaluate.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
-    evaluate.add_argument("--batch-size", type=int, default=64)
-    serve = sub.add_parser(
-        "serve", help="serve an index over HTTP with Search-R1's API (POST /retrieve)"
+    evaluate.add_argument(
+        "--format",
+        default="auto",
+        help=f"format of --data: {', '.join(FORMATS)} (default: auto, from its first record)",
     )
-    serve.add_argument("index")
+    evaluate.add_argument(
+        "-k",
+        type=int,
+        nargs="+",
+        default=[1, 5, 10],
+        help="cut-offs k for Recall@k and Full-Recall@k (default: 1 5 10); mAP at the largest",
+    )
+    evaluate.add_argument(
+        "--batch-size", type=int, default=64, help="questions searched at once (default: 64)"
+    )
+    serve = command("serve")
+    serve.add_argument("index", help=_INDEX_HELP)
     serve.add_argument(
         "--host",
         default="127.0.0.1",
@@ -110,13 +163,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_import(sub: argparse._SubParsersAction) -> None:
-    imp = sub.add_parser(
-        "import",
-        help=(
-            "a FlashRAG / Search-R1 faiss index and its corpus as a lit-rag dense index "
-            "(no re-encoding)"
-        ),
-    )
+    line = INDEX_COMMANDS["import"]
+    imp = sub.add_parser("import", help=line, description=line)
     imp.add_argument(
         "--faiss",
         required=True,
@@ -409,7 +457,7 @@ def import_index(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> None:
-    parser = _parser()
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "build":
         build(args, extra)

@@ -43,6 +43,7 @@ import os
 import random
 import re
 import shlex
+from argparse import RawDescriptionHelpFormatter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,26 +72,68 @@ USAGE = (
 )
 __all__ = [
     "ALIASES", "FLASHRAG_REPO", "PAPERS", "SOURCES", "DataFile", "Paper", "Source", "Take",
-    "main", "paper", "prepare", "test_files",
+    "build_parser", "main", "paper", "prepare", "test_files",
 ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- command line
 
 
+#: ``lit-rag data --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = """\
+Prepare a paper recipe's data sets from local or FlashRAG files.
+
+  lit-rag data --list              the papers, the files each writes, the sources each reads
+  lit-rag data search_r1 --flashrag FlashRAG_datasets/ --source wiki18=wiki-18.jsonl
+  lit-rag data arena --source hotpotqa-train=hotpot_train_v1.1.json \\
+      --source hotpotqa-dev=hotpot_dev_distractor_v1.json --source 2wiki-train=train.json ...
+
+Samples each source as the paper describes, deterministically under --seed, and writes
+lit-rag JSONL (train, val, test_<dataset>), a corpus where the paper needs one, and
+manifest.json (sources, hashes, counts) to data/<paper>/."""
+
+
+def build_parser() -> CommandParser:
+    """The parser of ``lit-rag data``."""
+    parser = CommandParser(
+        "data", USAGE, description=DESCRIPTION, formatter_class=RawDescriptionHelpFormatter
+    )
+    aliases = ", ".join(f"{alias} for {name}" for alias, name in ALIASES.items())
+    parser.add_argument(
+        "paper", nargs="?", help=f"{', '.join(PAPERS)} (alias {aliases}); --list describes each"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the papers, their files and sources"
+    )
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="output folder (default: data/<paper>)"
+    )
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a local source file, by the name --list gives it (repeatable)",
+    )
+    parser.add_argument(
+        "--flashrag",
+        default=None,
+        metavar="DIR",
+        help=f"a local copy of {FLASHRAG_REPO} (a Hugging Face dataset)",
+    )
+    parser.add_argument(
+        "--hub",
+        action="store_true",
+        help="download from the Hub the FlashRAG sources not found locally",
+    )
+    parser.add_argument("--seed", type=int, default=42, help="sampling seed (default: 42)")
+    parser.add_argument("--eval-only", action="store_true", help="write the test files only")
+    return parser
+
+
 def main(args: list[str]) -> None:
     """``lit-rag data``: see the module docstring."""
-    parser = CommandParser("data", USAGE)
-    parser.add_argument("paper", nargs="?", help="arena, r2ag, search_r1 (eval_rar), evo_rag")
-    parser.add_argument("--list", action="store_true", help="the papers and what each needs")
-    parser.add_argument("--out", default=None, help="output folder (default: data/<paper>)")
-    parser.add_argument(
-        "--source", action="append", default=[], metavar="NAME=PATH", help="a local source file"
-    )
-    parser.add_argument("--flashrag", default=None, help="a local copy of " + FLASHRAG_REPO)
-    parser.add_argument("--hub", action="store_true", help="download missing FlashRAG sources")
-    parser.add_argument("--seed", type=int, default=42, help="sampling seed (default 42)")
-    parser.add_argument("--eval-only", action="store_true", help="write the test files only")
+    parser = build_parser()
     options = parser.parse_args(args)
     if options.list:
         print(listing())

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_rag.errors import InputError
+from lit_rag.errors import CommandParser, InputError
 
 #: a metric's name -> its points, ``(step, value)`` in step order
 Series = dict[str, list[tuple[float, float]]]
@@ -510,26 +510,43 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return build_report(run_dir, out).files[-1]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are :class:`InputError` (one line from ``lit-rag``)."""
+USAGE = "lit-rag report RUN_DIR [--out DIR] [--rollout-steps N]"
+#: ``lit-rag report --help``: the line ``lit-rag --help`` gives the command, then examples
+DESCRIPTION = """\
+Plot a run's curves and sampled rollouts as PNG files and an HTML page.
 
-    def error(self, message: str):
-        raise InputError(
-            f"report: {message} (usage: lit-rag report RUN_DIR [--out DIR] [--rollout-steps N])"
-        )
+  lit-rag report runs/quickstart/version_0          writes runs/quickstart/version_0/report/
+  lit-rag report runs/quickstart --out /tmp/report  the newest version_N in runs/quickstart
+
+Reads the run's metrics.csv (or TensorBoard event files) and rollouts.jsonl; writes a PNG per
+group of metrics (rewards, KL, loss, lengths, step times, validation) and index.html."""
 
 
-def main(argv: list[str]) -> None:
-    """``lit-rag report RUN_DIR [--out DIR] [--rollout-steps N]``: write and list the files."""
-    parser = _Parser(prog="lit-rag report", description=__doc__.splitlines()[0])
+def build_parser() -> CommandParser:
+    """The parser of ``lit-rag report``."""
+    parser = CommandParser(
+        "report",
+        USAGE,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run_dir", help="a run's log folder (runs/NAME/version_N) or its parent")
-    parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report)")
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="output folder (default: RUN_DIR/report)"
+    )
     parser.add_argument(
         "--rollout-steps",
         type=int,
         default=100,
+        metavar="N",
         help="most steps whose sampled rollouts the page shows (default 100; 0: all)",
     )
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    """``lit-rag report RUN_DIR [--out DIR] [--rollout-steps N]``: write and list the files."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.rollout_steps < 0:
         raise InputError(f"--rollout-steps: got {args.rollout_steps}; expected an integer >= 0")

@@ -60,6 +60,16 @@ def require_package(module: str, install: str) -> None:
     pytest.skip(f"{module} is not installed: {install}", allow_module_level=True)
 
 
+def require_executable(path: str, install: str) -> str:
+    """``path`` when it is an executable file; else skip the calling test module, except in CI,
+    which must have installed it (there a missing program is an error, never a silent skip)."""
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return path
+    if os.environ.get("CI"):
+        raise RuntimeError(f"CI must install {path} ({install})")
+    pytest.skip(f"{path} is not installed: {install}", allow_module_level=True)
+
+
 def shared_data_dir() -> Path:
     """``../shared/data`` (real dataset samples that ship beside the repo, not in it).
 

@@ -77,7 +77,7 @@ class RunHeader(Callback):
         logs = (log_dir if log_dir is not None else trainer.log_dir) or trainer.default_root_dir
         first = (
             f"lit-rag fit: {model}, {method}, engine {engine}, "
-            f"{processes} ({strategy}), {length}{shape}"
+            f"{processes} ({strategy}), {length}{shape}, precision {trainer.precision}"
         )
         checkpoints = checkpoint_dir(trainer, logs)
         return [first, f"  logs: {logs}   checkpoints: {checkpoints}"]

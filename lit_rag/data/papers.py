@@ -150,13 +150,13 @@ def _tests(cite: str, count: int | None, *pairs: tuple[str, str]) -> tuple[DataF
 
 _ORIGINAL = ("hotpotqa", "2wiki", "musique")
 _DEVS = (("hotpotqa-dev", "HotpotQA"), ("2wiki-dev", "2Wiki"), ("musique-dev", "MuSiQue"))
-_ARENA = "arena.txt Section 4.1 Table 2, Appendix B"
+_ARENA = "ARENA Section 4.1 Table 2, Appendix B"
 # ARENA names no validation set. Its release validates every 25 steps (configs/grpo.yaml:
 # do_eval, eval_steps 25) on 500 records split off its 25,000-record training mix
 # (src/grpo.py: train_test_split(test_size=500)), so it trained on 24,500. We keep Table 2's
 # 25,000 and draw the 500 beside them, in the mix's 2:2:1 proportion.
 _ARENA_VAL = "ours: ARENA's release validates on 500 training-mix records (src/grpo.py)"
-_R2AG_B2 = "r2ag.md B.2 Training Dataset Configuration"
+_R2AG_B2 = "R2AG B.2 Training Dataset Configuration"
 _SR1_TESTS = (
     ("nq-test", "NQ test"), ("triviaqa-test", "TriviaQA test"), ("popqa-test", "PopQA test"),
     ("hotpotqa-dev", "HotpotQA dev"), ("2wiki-dev", "2Wiki dev"), ("musique-dev", "MuSiQue dev"),
@@ -171,7 +171,7 @@ _E5 = (
 PAPERS: dict[str, Paper] = {
     "arena": Paper(
         "arena",
-        f"ARENA ({_ARENA})",
+        f"ARENA ({_ARENA.removeprefix('ARENA ')})",
         (
             *_tests(f"{_ARENA}: 500 random dev examples ({{n}})", 500, *_DEVS),
             DataFile("val.jsonl", "val", (
@@ -190,9 +190,9 @@ PAPERS: dict[str, Paper] = {
     ),
     "r2ag": Paper(
         "r2ag",
-        "R2AG (r2ag.md Appendix B.2, C.1, C.2)",
+        "R2AG (Appendix B.2, C.1, C.2)",
         (
-            *_tests("r2ag.md C.2: 1,000 random {n} dev instances", 1_000, *_DEVS),
+            *_tests("R2AG C.2: 1,000 random {n} dev instances", 1_000, *_DEVS),
             DataFile("val.jsonl", "val", (
                 Take("2wiki-train", 150, f"{_R2AG_B2}: 150 2Wiki train for validation"),
                 Take("musique-train", 150, f"{_R2AG_B2}: 150 MuSiQue train for validation"),
@@ -208,21 +208,21 @@ PAPERS: dict[str, Paper] = {
         ),
         ("r2ag",),
         paragraphs=frozenset(s for s in SOURCES if s.split("-")[0] in _ORIGINAL),
-        corpus='r2ag.md C.2: "the remaining datasets use their original document collections"',
+        corpus='R2AG C.2: "the remaining datasets use their original document collections"',
         index=(
             "lit-rag index build --corpus {corpus} --retriever dense "
             "--encoder /models/multilingual-e5-large-instruct --faiss-index flat "
             "--query-prefix $'Instruct: Given a question, retrieve passages that answer the "
             "question\\nQuery: ' --out indexes/r2ag-e5"
         ),
-        notes=("r2ag.md C.2 also evaluates 1,000 NQ dev questions over the 2021 Wikipedia dump "
+        notes=("R2AG C.2 also evaluates 1,000 NQ dev questions over the 2021 Wikipedia dump "
                "of Izacard et al.; that corpus is not prepared here",),
     ),
     "search_r1": Paper(
         "search_r1",
-        "Search-R1 / Eval-RAR (eval_rar.md Section 5.1, Appendix A.4 Table 4)",
+        "Search-R1 / Eval-RAR (Section 5.1, Appendix A.4 Table 4)",
         (
-            *_tests("eval_rar.md A.4 Table 4: the whole {n} split", None, *_SR1_TESTS),
+            *_tests("Eval-RAR A.4 Table 4: the whole {n} split", None, *_SR1_TESTS),
             # Search-R1's scripts/nq_hotpotqa/data_process.sh merges the seven test splits into
             # test.parquet (qa_search_test_merge.py: 'test', else 'dev'), and
             # v0.2/train_grpo.sh validates on all of it (data.val_files, val_data_num=null)
@@ -233,8 +233,8 @@ PAPERS: dict[str, Paper] = {
             ), shuffle=True),
             # qa_search_train_merge.py: FlashRAG's nq then hotpotqa train splits, concatenated
             DataFile("train.jsonl", "train", (
-                Take("nq-train", None, "eval_rar.md A.4 Table 4: NQ train, 79,168"),
-                Take("hotpotqa-train", None, "eval_rar.md A.4 Table 4: HotpotQA train, 90,447"),
+                Take("nq-train", None, "Eval-RAR A.4 Table 4: NQ train, 79,168"),
+                Take("hotpotqa-train", None, "Eval-RAR A.4 Table 4: HotpotQA train, 90,447"),
             )),
         ),
         ("eval_rar", "search_r1"),
@@ -246,10 +246,10 @@ PAPERS: dict[str, Paper] = {
     ),
     "evo_rag": Paper(
         "evo_rag",
-        "EVO-RAG (evo_rag.txt Section 4.1, Table 2)",
+        "EVO-RAG (Section 4.1, Table 2)",
         (
             # Table 2 prints 7,404 and 12,575; the official files hold 7,405 and 12,576
-            *_tests("evo_rag.txt Section 4.1: the official {n} validation set (Table 2)", None,
+            *_tests("EVO-RAG Section 4.1: the official {n} validation set (Table 2)", None,
                     *_DEVS, ("bamboogle-test", "Bamboogle")),
             # Section 3.4 stops training when HotpotQA dev EM stalls, and 4.1 evaluates on the
             # same dev set: val.jsonl is a sample of test_hotpotqa.jsonl, as in the paper
@@ -259,7 +259,7 @@ PAPERS: dict[str, Paper] = {
             )),
             DataFile("train.jsonl", "train", (
                 Take("hotpotqa-train", 1_000,
-                     "evo_rag.txt Section 4.1: 1,000 queries sampled from HotpotQA"),
+                     "EVO-RAG Section 4.1: 1,000 queries sampled from HotpotQA"),
             )),
         ),
         ("evo_rag",),

@@ -41,15 +41,22 @@ GRPO_PATH = "lit_rag.plugins.algorithms.grpo.GRPO"
 SINGLE_TURN = "lit_rag.plugins.environments.single_turn.SingleTurnEnvironment"
 HF = "lit_rag.plugins.engines.hf.HFEngine"
 
-#: recipe -> third-party module it needs (installed separately from lit-rag)
-THIRD_PARTY = {"tiny_plugin.yaml": "lit_rag_length_penalty"}
+#: recipe -> third-party modules it needs (the example packages in plugins/, installed separately)
+THIRD_PARTY = {
+    "tiny_plugin.yaml": ["lit_rag_length_penalty"],
+    "tiny_worked_plugins.yaml": [
+        "lit_rag_closed_book",
+        "lit_rag_reinforce_loo",
+        "lit_rag_lagged_engine",
+    ],
+}
 
 
 def require_module(module: str) -> None:
     """Skip when a separately installed plugin is absent, but fail in CI, which installs it."""
     if importlib.util.find_spec(module) is not None:
         return
-    message = f"{module} is not installed (pip install --no-deps -e plugins/lit-rag-length-penalty)"
+    message = f"{module} is not installed (bash scripts/install.sh dev installs plugins/)"
     if os.environ.get("CI"):
         pytest.fail(f"CI must install the example plugin: {message}")
     pytest.skip(message)
@@ -182,8 +189,8 @@ def test_recipes_exist() -> None:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.name for p in RECIPES])
 def test_every_recipe_parses_and_instantiates(recipe: Path) -> None:
-    if recipe.name in THIRD_PARTY:
-        require_module(THIRD_PARTY[recipe.name])
+    for module in THIRD_PARTY.get(recipe.name, []):
+        require_module(module)
     trainer = yaml.safe_load(recipe.read_text(encoding="utf-8")).get("trainer") or {}
     if "fsdp" in str(trainer.get("strategy", "")).lower():  # FSDP builds only where CUDA is
         from helpers import pretend_cuda
@@ -451,7 +458,7 @@ def test_fit_prints_a_header_and_the_report_command(tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert (
         "lit-rag fit: tiny random model, single_turn + arena + grpo, engine hf, 1 process (single "
-        "device), 1 step of 2 prompts x 2 samples"
+        "device), 1 step of 2 prompts x 2 samples, precision 32-true"
     ) in out
     assert "  logs: runs/tiny/version_0   checkpoints: runs/tiny/version_0/checkpoints" in out
     assert "lit-rag report runs/tiny/version_0   (plots and sample rollouts)" in out

@@ -18,7 +18,14 @@ from lit_rag.cli import build_cli
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 KINDS = {"ddp": DDPStrategy, "fsdp": FSDPStrategy, "deepspeed_stage_2": DeepSpeedStrategy}
-NEEDS = {"tiny_plugin.yaml": "lit_rag_length_penalty"}
+NEEDS = {
+    "tiny_plugin.yaml": ["lit_rag_length_penalty"],
+    "tiny_worked_plugins.yaml": [
+        "lit_rag_closed_book",
+        "lit_rag_reinforce_loo",
+        "lit_rag_lagged_engine",
+    ],
+}
 
 
 def documented(recipe: Path) -> list[str]:
@@ -38,8 +45,8 @@ def test_every_recipe_documents_its_strategies():
 
 @pytest.mark.parametrize(("recipe", "strategy"), CASES, ids=[f"{r.stem}-{s}" for r, s in CASES])
 def test_recipe_builds_with_each_documented_strategy(recipe: Path, strategy: str):
-    if recipe.name in NEEDS:
-        require_package(NEEDS[recipe.name], "bash scripts/install.sh dev")
+    for module in NEEDS.get(recipe.name, []):
+        require_package(module, "bash scripts/install.sh dev")
     if strategy.startswith("deepspeed"):
         require_package(
             "deepspeed", "pip install --no-build-isolation deepspeed (see scripts/install.sh)"
