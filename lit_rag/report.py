@@ -267,7 +267,8 @@ def plot_group(title: str, series: Series, path: Path) -> None:
         axes[0].set_xlim(min(steps) - 1, min(steps) + 1)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
-    for ax in axes[-cols:]:
+    for column in range(min(cols, len(panels))):  # the lowest shown panel of each column
+        ax = axes[max(range(column, len(panels), cols))]
         ax.set_xlabel("step")
         ax.xaxis.set_tick_params(labelbottom=True)
     fig.suptitle(title)

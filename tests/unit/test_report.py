@@ -301,3 +301,24 @@ def test_sample_logger_writes_segments_for_inserted_tokens(tmp_path: Path) -> No
     assert [s["text"] for s in segments] == [text for text, _ in pieces]
     assert "".join(s["text"] for s in segments) == tok.decode(completion, skip_special_tokens=True)
     assert "segments" not in rows[1]  # every token the policy's: the row stays as it was
+
+
+def test_every_column_shows_its_step_axis(tmp_path: Path, monkeypatch) -> None:
+    """Three panels in two columns: the right column ends one row early, and its lowest panel
+    still carries the step labels (not only the hidden cell below it)."""
+    from matplotlib.figure import Figure
+
+    from lit_rag.report import plot_group
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
+    series = {"a": [(0, 1.0), (1, 2.0)], "b": [(0, 100.0), (1, 300.0)], "c": [(0, 1e4), (1, 3e4)]}
+    plot_group("three scales", series, tmp_path / "x.png")
+    (fig,) = figures
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 3
+    labelled = {ax.get_subplotspec().colspan.start for ax in shown if ax.get_xlabel() == "step"}
+    assert labelled == {0, 1}
+    for ax in shown:
+        if ax.get_xlabel() == "step":
+            assert ax.xaxis.get_tick_params()["labelbottom"]
