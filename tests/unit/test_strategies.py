@@ -72,6 +72,7 @@ def test_paper_recipes_carry_their_strategies():
         arena = build_cli(["--config", str(REPO / "recipes/arena.yaml")], run=False).trainer
         r2ag = build_cli(["--config", str(REPO / "recipes/r2ag.yaml")], run=False).trainer
         eval_rar = build_cli(["--config", str(REPO / "recipes/eval_rar.yaml")], run=False)
+        search_r1 = build_cli(["--config", str(REPO / "recipes/search_r1.yaml")], run=False)
     assert (
         isinstance(arena.strategy, DeepSpeedStrategy)
         and arena.strategy.config["zero_optimization"]["stage"] == 2
@@ -83,6 +84,11 @@ def test_paper_recipes_carry_their_strategies():
         and eval_rar.trainer.strategy.cpu_offload.offload_params
     )
     assert eval_rar.model.policy_config.gradient_checkpointing
+    assert (  # Eval-RAR's baseline at equal settings
+        isinstance(search_r1.trainer.strategy, FSDPStrategy)
+        and search_r1.trainer.strategy.cpu_offload.offload_params
+    )
+    assert search_r1.model.policy_config.gradient_checkpointing
 
 
 def test_vllm_engine_and_qlora_flags_build_without_vllm(monkeypatch):
