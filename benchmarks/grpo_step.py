@@ -106,7 +106,7 @@ LABELS = {
     "trl:vllm": "TRL (vLLM colocate, bf16)",
     "trl:hf": "TRL (bf16)",
 }
-#: lit-rag's named parts of the update (PolicyModule.optimize) and the engine's weight push
+#: lit-rag's named parts of the update (lit_rag.modules.update.Update) and the engine's weight push
 UPDATE_PARTS = (
     "time/reference_s",
     "time/forward_s",
@@ -607,10 +607,13 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
     def arena_reward(prompts, completions, completion_ids, example_index, **kwargs) -> list[float]:
         tokens_per_call.append(sum(len(ids) for ids in completion_ids))
         trained_per_call.append(
-            sum(len(ids) + prompt_lengths[i] for ids, i in zip(completion_ids, example_index))
+            sum(
+                len(ids) + prompt_lengths[i]
+                for ids, i in zip(completion_ids, example_index, strict=True)
+            )
         )
         totals = []
-        for text, index in zip(completions, example_index):
+        for text, index in zip(completions, example_index, strict=True):
             score = arena.score(text, examples[index])
             totals.append(sum(arena.weights[k] * v for k, v in score.items()))
         return totals
@@ -828,7 +831,7 @@ def _print_table(results: dict[str, dict]) -> None:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     print()
     for row in [header, *rows]:
-        print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     print()
 
 

@@ -26,10 +26,10 @@ from lit_rag.metrics.retrieval import average_precision
 def scores(ranked: list[list[str]], gold: list[list[str]]) -> dict[str, float]:
     n = len(ranked)
     return {
-        "recall": sum(len(set(r) & set(g)) / len(g) for r, g in zip(ranked, gold)) / n,
-        "full_recall": sum(set(g) <= set(r) for r, g in zip(ranked, gold)) / n,
+        "recall": sum(len(set(r) & set(g)) / len(g) for r, g in zip(ranked, gold, strict=True)) / n,
+        "full_recall": sum(set(g) <= set(r) for r, g in zip(ranked, gold, strict=True)) / n,
         "avg_k": sum(len(r) for r in ranked) / n,
-        "map": sum(average_precision(r, g) for r, g in zip(ranked, gold)) / n,
+        "map": sum(average_precision(r, g) for r, g in zip(ranked, gold, strict=True)) / n,
     }
 
 
@@ -63,7 +63,7 @@ def main() -> None:
         trajectories = module.rollout(examples, module.val_sampling, None)
     seconds = time.perf_counter() - started
     gold = [ex.gold_ids for ex in examples]
-    tree = scores([t.meta["ranked"] for t in trajectories], gold)
+    tree = scores([t.contract.inference.ranked for t in trajectories], gold)
     em = sum(exact_match(env.extract_answer(t), t.example.answers) for t in trajectories) / len(
         examples
     )
@@ -74,7 +74,7 @@ def main() -> None:
     ]
     single = scores(single_ranked, gold)
     label = "R2AG (trained)" if args.ckpt else "R2AG-p (untrained, prompted)"
-    iterations = sum(t.meta["iterations"] for t in trajectories) / len(trajectories)
+    iterations = sum(t.contract.inference.iterations for t in trajectories) / len(trajectories)
     print(
         f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per "
         f"query, max {env.max_iterations} expansions; {seconds:.0f} s"

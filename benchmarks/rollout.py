@@ -44,6 +44,7 @@ Needs the synthetic BM25 index of the quickstarts; it is built if missing (a few
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -237,11 +238,12 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
     runs = []
     for repeat in range(args.repeats):
         counted = Counted(engine)
+        # the calls are bound now (partial), not closed over this loop's variables
         if MULTI_TURN[kind][2] == "validation_rollout":  # every question group_size times
             rows = [ex for ex in examples for _ in range(args.group_size)]
-            run = lambda: env.validation_rollout(rows, counted, params)  # noqa: E731
+            run = functools.partial(env.validation_rollout, rows, counted, params)
         else:
-            run = lambda: env.rollout(examples, counted, args.group_size, params)  # noqa: E731
+            run = functools.partial(env.rollout, examples, counted, args.group_size, params)
         torch.manual_seed(repeat)
         _, seconds, steps = timed(run, engine, name)
         # the reference: the same first prompts, one call, as many new tokens per row
@@ -250,7 +252,7 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
         )
         torch.manual_seed(repeat)
         generations, single_s, single_steps = timed(
-            lambda: engine.generate(repeated, budget), engine, name
+            functools.partial(engine.generate, repeated, budget), engine, name
         )
         single_tokens = sum(int(g.token_ids.numel()) for g in generations)
         runs.append(
@@ -335,9 +337,8 @@ def main() -> None:
         single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
         results[name] = {"load_s": load_s, "single": single, "settings": settings(name, engine)}
         for kind, (module, examples) in multi.items():
-            engine.bind(
-                module.model, module.tokenizer
-            )  # same base model: vLLM re-syncs, no rebuild
+            # same base model: vLLM re-syncs, no rebuild
+            engine.bind(module.model, module.tokenizer)
             results[name][kind] = multi_turn(
                 module, examples[: args.prompts], engine, name, kind, args
             )

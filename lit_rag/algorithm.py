@@ -279,5 +279,5 @@ class Algorithm(ABC):
         """State a resumed run needs (plain types and tensors); the checkpoint carries it."""
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`'s output."""

@@ -7,6 +7,13 @@ this module
 
 - Vocabulary: :class:`Example`, :class:`Passage`, :class:`Step`, :class:`Trajectory`,
   :class:`RewardBreakdown`, :class:`StepOutput`.
+- Typed contracts, what an environment hands the rewards and algorithms that read its
+  trajectories (``Trajectory.contract``; ``meta`` is for users' own keys): the base
+  :class:`Contract` (``of`` / ``find`` fail naming both plugins on a mismatch), :class:`Branch`
+  (a sibling branch, for preference pairs); R2AG's :class:`R2AGEpisode` (with
+  :class:`R2AGInference`) and the pruned tree :class:`R2AGTree` (``Example.contract``, of
+  :class:`TreeVertex`); the search agent's :class:`SearchEpisode`; EVO-RAG's
+  :class:`EvoRagBranch` (imported on first use, from the environments' modules).
 - The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
   :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds,
   within a :class:`ContextLimit` and as ``context_overflow`` says, one of
@@ -29,8 +36,10 @@ this module
   :func:`final_answer`.
 - Retrieval scores for rewards and environment metrics: :func:`recall_at_k`,
   :func:`full_recall_at_k`, :func:`average_precision` (imported on first use).
-- Retrievers: :class:`Retriever` (search), :class:`IndexedRetriever` (build, save, load an
-  index folder), :class:`Hit`, :func:`check_search_args`; an index folder's
+- Retrievers: :class:`Retriever` (search), :class:`IndexedRetriever` (the template owning an
+  index folder: manifest, passages, verification, loading on the first search; a subclass
+  writes ``build_state``, ``rank``, ``save_state``, ``load_state``), :class:`Hit`,
+  :func:`check_search_args`; an index folder's
   :class:`Manifest` (``MANIFEST_NAME``, ``PASSAGES_NAME``, :class:`IndexCorruptError`,
   :class:`IndexMismatchError`); corpora: :func:`read_corpus`, :func:`write_corpus`,
   :func:`corpus_fingerprint`, :func:`split_contents`; building: :func:`atomic_index_dir`,
@@ -83,7 +92,7 @@ from lit_rag.text import (
     policy_text,
     tag_blocks,
 )
-from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+from lit_rag.types import Branch, Contract, Example, Passage, RewardBreakdown, Step, Trajectory
 
 if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
     from lit_rag.algorithm import (
@@ -129,6 +138,14 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         load_model,
         load_tokenizer,
     )
+    from lit_rag.plugins.environments.query_rewriter import EvoRagBranch
+    from lit_rag.plugins.environments.retrieval_tree_contracts import (
+        R2AGEpisode,
+        R2AGInference,
+        R2AGTree,
+        TreeVertex,
+    )
+    from lit_rag.plugins.environments.search_agent import SearchEpisode
     from lit_rag.precision import (
         resolve_dtype,
     )
@@ -197,6 +214,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "load_tokenizer": ("lit_rag.modules.loading", "load_tokenizer"),
     "KL_ESTIMATORS": ("lit_rag.kl", "ESTIMATORS"),
     "kl_estimator": ("lit_rag.kl", "get_estimator"),
+    "EvoRagBranch": ("lit_rag.plugins.environments.query_rewriter", "EvoRagBranch"),
+    "R2AGEpisode": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGEpisode"),
+    "R2AGInference": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGInference"),
+    "R2AGTree": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGTree"),
+    "TreeVertex": ("lit_rag.plugins.environments.retrieval_tree_contracts", "TreeVertex"),
+    "SearchEpisode": ("lit_rag.plugins.environments.search_agent", "SearchEpisode"),
 }
 
 
@@ -254,10 +277,13 @@ __all__ = [
     "PUNCTUATION_MODES",
     "AdvantageFn",
     "Algorithm",
+    "Branch",
     "ContextLimit",
+    "Contract",
     "Environment",
     "Episode",
     "EpisodeLoop",
+    "EvoRagBranch",
     "Example",
     "FunctionReward",
     "Generate",
@@ -276,6 +302,9 @@ __all__ = [
     "PolicyLossFn",
     "Prepared",
     "Prompts",
+    "R2AGEpisode",
+    "R2AGInference",
+    "R2AGTree",
     "Request",
     "RetrievalEnvironment",
     "Retriever",
@@ -284,11 +313,13 @@ __all__ = [
     "RolloutEngine",
     "SamplingParams",
     "Search",
+    "SearchEpisode",
     "Step",
     "StepOutput",
     "TokenLoss",
     "TrainBatch",
     "Trajectory",
+    "TreeVertex",
     "Turn",
     "advantage_estimator",
     "atomic_index_dir",

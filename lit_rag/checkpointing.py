@@ -56,9 +56,8 @@ DISK_FULL_ADVICE = (
     "the logger's save_dir, else trainer.default_root_dir)"
 )
 _HOST = socket.gethostname()
-_IN_FLIGHT: set[Path] = (
-    set()
-)  # this process's staging files being written (AsyncCheckpointIO: a thread)
+# this process's staging files being written (AsyncCheckpointIO: a thread)
+_IN_FLIGHT: set[Path] = set()
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
@@ -280,9 +279,8 @@ def load_error(path: _PATH, exc: BaseException) -> InputError:
             f"checkpoint {path} is empty (0 bytes): its save was interrupted; "
             "resume from an earlier checkpoint"
         )
-    if path.is_file() and not zipfile.is_zipfile(
-        path
-    ):  # torch.save writes a zip; its directory is at the end
+    # torch.save writes a zip; its directory is at the end
+    if path.is_file() and not zipfile.is_zipfile(path):
         return InputError(
             f"checkpoint {path} is truncated or not a torch checkpoint "
             f"({path.stat().st_size} bytes, "
@@ -348,9 +346,8 @@ def use_atomic_checkpoints(trainer) -> None:
             isinstance(callback, ModelCheckpoint)
             and type(callback)._link_checkpoint is ModelCheckpoint._link_checkpoint
         ):
-            callback._link_checkpoint = (
-                _link_atomically  # an instance attribute: called unbound, like the staticmethod
-            )
+            # an instance attribute: called unbound, like the staticmethod
+            callback._link_checkpoint = _link_atomically
 
 
 def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
@@ -364,9 +361,8 @@ def _link_atomically(trainer, filepath: str, linkpath: str) -> None:
     """
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    if os.path.isdir(linkpath) and not os.path.islink(
-        linkpath
-    ):  # a sharded checkpoint folder: Lightning's way
+    # a sharded checkpoint folder: Lightning's way
+    if os.path.isdir(linkpath) and not os.path.islink(linkpath):
         return ModelCheckpoint._link_checkpoint(trainer, filepath, linkpath)
     if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
         link = Path(linkpath)

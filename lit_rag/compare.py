@@ -101,7 +101,7 @@ def compare(
             is validated).
     """
     from lit_rag.checkpointing import check_checkpoint_file
-    from lit_rag.cli import build_cli
+    from lit_rag.trainer_cli import build_cli
 
     for path in checkpoints:
         check_checkpoint_file(path)
@@ -151,7 +151,7 @@ def table(columns: dict[str, dict[str, float]]) -> str:
     lines = [
         "  ".join(
             cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths))
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in rows
     ]

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from lit_rag import registry
 from lit_rag.errors import InputError
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 from lit_rag.types import Example, Passage, Step, Trajectory
@@ -207,7 +208,7 @@ class Environment(ABC):
     #: lowest-ranked references, or ``error`` (:data:`CONTEXT_OVERFLOW`).
     context_overflow: str = "drop"
 
-    def setup(self) -> None:
+    def setup(self) -> None:  # noqa: B027 (optional hook)
         """Open what the environment needs (an index, say) before training starts, so a missing
         one fails at once rather than at the first rollout. Called once by the policy module."""
 
@@ -282,7 +283,8 @@ class Environment(ABC):
         kept = fit_passages(references, encode, limit.prompt_tokens, self.context_overflow)
         if kept is None:
             raise self._too_long(example, len(encode([])), limit, without_references=True)
-        whole = sum(1 for a, b in zip(kept, references) if a is b)
+        # kept is a prefix of references (the last one perhaps cut)
+        whole = sum(1 for a, b in zip(kept, references, strict=False) if a is b)
         meta = {**example.meta, "references_dropped": len(references) - whole}
         if len(kept) > whole:
             meta["reference_cut"] = kept[-1].id
@@ -349,6 +351,7 @@ class Environment(ABC):
             truncated=truncated,
             prompt_text=prompt_text,
             meta={} if meta is None else meta,
+            environment=registry.name_of("environment", type(self)),
         )
 
     def rollout(
@@ -378,7 +381,7 @@ class Environment(ABC):
                 truncated=not generation.finished,
                 prompt_text=prompts.texts[group],
             )
-            for group, generation in zip(prompts.groups, generations)
+            for group, generation in zip(prompts.groups, generations, strict=True)
         ]
 
     def validation_rollout(
@@ -413,7 +416,7 @@ class Environment(ABC):
         """State a resumed run needs (plain types and tensors); the checkpoint carries it."""
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`'s output."""
 
 

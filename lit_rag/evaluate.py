@@ -30,15 +30,16 @@ test file is missing is named under the table with the command that writes it, n
 silently. LJ (ARENA's LLM-as-a-judge, Appendix C.3) asks the judge named by ``--judge`` (any
 OpenAI-compatible endpoint: OpenAI, a local ``vllm serve``) with the paper's prompt at temperature
 0; without one the column shows '–'.
+
+This module runs the command, the models and the judge; the protocol is
+:mod:`lit_rag.evaluate_protocol`, the record files :mod:`lit_rag.evaluate_records`, the table
+:mod:`lit_rag.evaluate_table`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
-import math
 import os
 import re
 import subprocess
@@ -48,17 +49,23 @@ from pathlib import Path
 from typing import Any
 
 from lit_rag.errors import CommandParser, InputError
-from lit_rag.suites import ARENA_JUDGE_PROMPT, DATASET_TITLES, SUITES, Suite
+from lit_rag.evaluate_protocol import model_entry, protocol
+from lit_rag.evaluate_records import (
+    UNTRAINED,
+    read_predictions,
+    read_record,
+    short_label,
+    slug,
+    write_record,
+)
+from lit_rag.evaluate_table import render
+from lit_rag.suites import ARENA_JUDGE_PROMPT, SUITES, Suite
 
 USAGE = (
     "lit-rag evaluate --suite NAME [--config RECIPE] [MODEL ...] [--data DIR] [--limit N] "
     "[--out DIR] [--judge URL --judge-model NAME] [--recipe overrides]; "
     "lit-rag evaluate --records RECORD.json [RECORD.json ...]"
 )
-UNTRAINED = "untrained"
-DASH = "–"
-#: weight files hashed for a model folder's fingerprint
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 #: ``lit-rag evaluate --help``: the line ``lit-rag --help`` gives the command, then examples
@@ -126,38 +133,19 @@ def build_parser() -> CommandParser:
 def main(args: list[str]) -> None:
     """``lit-rag evaluate``: see the module docstring."""
     options, overrides = build_parser().parse_known_args(args)
-    unknown = [word for word in overrides if not word.startswith("--")]
-    if unknown:
-        raise InputError(f"evaluate: {unknown[0]!r} is not an option (usage: {USAGE})")
+    check_options(options, overrides)
     if options.records:
         records = [read_record(path) for path in options.records]
         print(render(SUITES[records[0]["suite"]], records))
         return
-    if options.suite is None:
-        raise InputError(f"evaluate: name a suite with --suite ({', '.join(SUITES)})")
-    if options.limit is not None and options.limit < 1:
-        raise InputError(f"evaluate: --limit must be >= 1, got {options.limit}")
-    if bool(options.judge) != bool(options.judge_model):
-        raise InputError("evaluate: --judge and --judge-model go together (endpoint and model)")
     suite = SUITES[options.suite]
     recipe = options.config or default_recipe(suite)
     folder = Path(options.data or f"data/{suite.paper}")
     files, absent = test_files(suite, folder)
     out = Path(options.out or f"runs/evaluate/{suite.name}")
-    models = [classify(m) for m in (options.models or [UNTRAINED])]
-    judge = (options.judge, options.judge_model, options.judge_key_env) if options.judge else None
-    in_process = [m for m in models if m[0] != "folder"]
-    children = [path for kind, path in models if kind == "folder"]
-    if options.label:  # the child of _evaluate_folder: the recipe's policy is the folder
-        in_process, children = [("folder", options.label)], []
-    records = []
-    if in_process:
-        records += evaluate_models(
-            suite, recipe, overrides, files, options.limit, in_process, out, options.label
-        )
-    for path in children:
-        records.append(_evaluate_folder(options, recipe, overrides, path, out))
-    if judge is not None and any(m.judge for m in suite.metrics):
+    records = score_models(options, suite, recipe, overrides, files, out)
+    if options.judge and any(m.judge for m in suite.metrics):
+        judge = (options.judge, options.judge_model, options.judge_key_env)
         for record in records:
             add_judgements(record, out, judge)
     for record in records:
@@ -166,6 +154,22 @@ def main(args: list[str]) -> None:
     if options.record_only:
         return
     print(render(suite, records))
+
+
+def check_options(options: argparse.Namespace, overrides: list[str]) -> None:
+    """Fail in one line on what the parser cannot check: a word that is no option, and (unless
+    ``--records`` only prints saved records) no suite, a limit under 1, half a judge."""
+    unknown = [word for word in overrides if not word.startswith("--")]
+    if unknown:
+        raise InputError(f"evaluate: {unknown[0]!r} is not an option (usage: {USAGE})")
+    if options.records:
+        return
+    if options.suite is None:
+        raise InputError(f"evaluate: name a suite with --suite ({', '.join(SUITES)})")
+    if options.limit is not None and options.limit < 1:
+        raise InputError(f"evaluate: --limit must be >= 1, got {options.limit}")
+    if bool(options.judge) != bool(options.judge_model):
+        raise InputError("evaluate: --judge and --judge-model go together (endpoint and model)")
 
 
 # ---- what to evaluate ---------------------------------------------------------------------
@@ -238,6 +242,31 @@ def classify(model: str) -> tuple[str, str]:
 # ---- running ------------------------------------------------------------------------------
 
 
+def score_models(
+    options: argparse.Namespace,
+    suite: Suite,
+    recipe: str,
+    overrides: list[str],
+    files: dict[str, Path],
+    out: Path,
+) -> list[dict]:
+    """One record per model named: the untrained policy and checkpoints first (in this
+    process, one policy and engine), then each model folder (in a child process)."""
+    models = [classify(m) for m in (options.models or [UNTRAINED])]
+    in_process = [m for m in models if m[0] != "folder"]
+    children = [path for kind, path in models if kind == "folder"]
+    if options.label:  # the child of _evaluate_folder: the recipe's policy is the folder
+        in_process, children = [("folder", options.label)], []
+    records = []
+    if in_process:
+        records += evaluate_models(
+            suite, recipe, overrides, files, options.limit, in_process, out, options.label
+        )
+    for path in children:
+        records.append(_evaluate_folder(options, recipe, overrides, path, out))
+    return records
+
+
 def evaluate_models(
     suite: Suite,
     recipe: str,
@@ -250,11 +279,46 @@ def evaluate_models(
 ) -> list[dict]:
     """Score the untrained policy and checkpoints of one recipe, dataset by dataset, in this
     process; returns one record per model (metrics, predictions, protocol)."""
+    cli, capture = _validation_cli(recipe, overrides)
+    trainer, module, data = cli.trainer, cli.model, cli.datamodule
+    records = []
+    for kind, path in models:
+        name = label or path
+        record: dict[str, Any] = {
+            "suite": suite.name,
+            "model": model_entry(kind, path, name, module),
+            "metrics": {},
+            "questions": {},
+            "predictions": {},
+        }
+        for dataset, file in files.items():
+            data.use_val(str(file), limit)
+            capture.begin(name, dataset, len(data.val_examples()))
+            ckpt = path if kind == "checkpoint" else None
+            (metrics,) = trainer.validate(module, datamodule=data, ckpt_path=ckpt, verbose=False)
+            record["metrics"][dataset] = {
+                m.title: float(metrics[m.key]) for m in suite.metrics if m.key in metrics
+            }
+            record["questions"][dataset] = len(capture.rows)
+            record["predictions"][dataset] = capture.rows
+        record["model"]["parameters"] = _parameters(module)
+        record["protocol"] = protocol(recipe, overrides, files, limit, cli)
+        records.append(record)
+    return records
+
+
+def _validation_cli(recipe: str, overrides: list[str]):
+    """The recipe's LightningCLI, built but not run, set up to validate every question of a
+    file on one device and to capture the predictions: ``(cli, capture)``.
+
+    Raises:
+        InputError: The recipe does not train a policy on QA data.
+    """
     from lightning.pytorch.callbacks import ProgressBar
     from lightning.pytorch.cli import SaveConfigCallback
 
-    from lit_rag.cli import build_cli
     from lit_rag.data.datamodule import QADataModule
+    from lit_rag.trainer_cli import build_cli
 
     # a checkpoint written in another run's folder: true of every model evaluated here
     warnings.filterwarnings("ignore", message="The dirpath has changed")
@@ -280,30 +344,7 @@ def evaluate_models(
     trainer.callbacks[:] = [
         c for c in trainer.callbacks if not isinstance(c, (SaveConfigCallback, ProgressBar))
     ] + [capture]
-    records = []
-    for kind, path in models:
-        name = label or path
-        record: dict[str, Any] = {
-            "suite": suite.name,
-            "model": _model_entry(kind, path, name, module),
-            "metrics": {},
-            "questions": {},
-            "predictions": {},
-        }
-        for dataset, file in files.items():
-            data.use_val(str(file), limit)
-            capture.begin(name, dataset, len(data.val_examples()))
-            ckpt = path if kind == "checkpoint" else None
-            (metrics,) = trainer.validate(module, datamodule=data, ckpt_path=ckpt, verbose=False)
-            record["metrics"][dataset] = {
-                m.title: float(metrics[m.key]) for m in suite.metrics if m.key in metrics
-            }
-            record["questions"][dataset] = len(capture.rows)
-            record["predictions"][dataset] = capture.rows
-        record["model"]["parameters"] = _parameters(module)
-        record["protocol"] = protocol(recipe, overrides, files, limit, cli)
-        records.append(record)
-    return records
+    return cli, capture
 
 
 def _evaluate_folder(
@@ -361,7 +402,7 @@ class _Capture:
                 if len(self.rows) - self.shown >= step or len(self.rows) == self.total:
                     self.shown = len(self.rows)
                     print(
-                        f"lit-rag evaluate: {_short(self.model)} on {self.dataset}: "
+                        f"lit-rag evaluate: {short_label(self.model)} on {self.dataset}: "
                         f"{len(self.rows)}/{self.total} questions",
                         file=sys.stderr,
                         flush=True,
@@ -373,154 +414,6 @@ class _Capture:
 def _parameters(module) -> int:
     model = getattr(module, "model", None)
     return int(sum(p.numel() for p in model.parameters())) if model is not None else 0
-
-
-# ---- the protocol --------------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def weights_fingerprint(path: Path) -> str:
-    """SHA-256 of a weights file, or over a folder's weight files (names and contents)."""
-    if path.is_file():
-        return sha256_file(path)
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES):
-        digest.update(f"{file.name}:{sha256_file(file)}\n".encode())
-    return digest.hexdigest()
-
-
-def _model_entry(kind: str, path: str, name: str, module) -> dict:
-    from lit_rag.models import resolve_path
-
-    config = module.policy_config
-    entry: dict[str, Any] = {"label": name, "kind": kind}
-    if kind == "checkpoint":
-        entry["checkpoint"] = path
-        entry["checkpoint_sha256"] = sha256_file(Path(path))
-    if config.tiny is not None:
-        entry["base"] = {"tiny": dataclasses.asdict(config.tiny)}
-    else:
-        resolved = resolve_path(config.path)
-        base: dict[str, Any] = {"path": config.path}
-        if isinstance(resolved, Path) and resolved.exists():
-            base["weights_sha256"] = weights_fingerprint(resolved)
-        entry["base"] = base
-    entry["base"].update(
-        dtype=config.dtype,
-        lora=dataclasses.asdict(config.lora) if config.lora is not None else None,
-        quantization=config.quantization,
-    )
-    return entry
-
-
-def protocol(
-    recipe: str, overrides: list[str], files: dict[str, Path], limit: int | None, cli
-) -> dict:
-    """Everything besides the model that decides a score (compared between records)."""
-    import torch
-    import transformers
-
-    import lit_rag
-
-    module, data = cli.model, cli.datamodule
-    environment = module.environment
-    engine = module.engine
-    engine_info = {"class": _class_path(engine), "transformers": transformers.__version__}
-    if "vllm" in sys.modules:
-        engine_info["vllm"] = getattr(sys.modules["vllm"], "__version__", "?")
-    return {
-        "lit_rag": lit_rag.__version__,
-        "recipe": {"path": recipe, "sha256": sha256_file(Path(recipe))},
-        "overrides": list(overrides),
-        "datasets": {
-            name: {"file": str(path), "sha256": sha256_file(path), "limit": limit}
-            for name, path in files.items()
-        },
-        "environment": _class_path(environment),
-        "retriever": _retriever(getattr(environment, "retriever", None)),
-        "top_k": {
-            key: getattr(environment, key)
-            for key in ("top_k", "val_top_k", "max_turns", "t_max")
-            if isinstance(getattr(environment, key, None), int)
-        },
-        "prompts": _prompts(environment),
-        "max_references": data.max_references,
-        "decoding": dataclasses.asdict(module.val_sampling),
-        "answer_punctuation": module.val_em.punctuation,
-        "engine": engine_info,
-        "torch": torch.__version__,
-    }
-
-
-def _class_path(obj: Any) -> str | None:
-    return None if obj is None else f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def _retriever(retriever: Any) -> dict | None:
-    if retriever is None:
-        return None
-    entry: dict[str, Any] = {"class": _class_path(retriever)}
-    for key in ("index", "corpus"):
-        value = getattr(retriever, key, None)
-        if isinstance(value, (str, Path)):
-            entry[key] = str(value)
-    manifest = getattr(retriever, "manifest", None)
-    if manifest is not None and dataclasses.is_dataclass(manifest):
-        entry["manifest"] = json.loads(json.dumps(dataclasses.asdict(manifest), default=str))
-        entry["corpus_fingerprint"] = getattr(manifest, "corpus_fingerprint", None)
-    parts = retriever.parts() if hasattr(retriever, "parts") else []
-    if parts and parts != [retriever]:
-        entry["parts"] = [_retriever(p) for p in parts]
-    return entry
-
-
-def _prompts(environment: Any) -> dict:
-    """The environment's prompt texts (attributes named ``*prompt*`` / ``*template*``)."""
-    out = {}
-    for key, value in sorted(vars(environment).items()):
-        if isinstance(value, str) and ("prompt" in key or "template" in key):
-            out[key] = {"sha256": hashlib.sha256(value.encode()).hexdigest(), "text": value}
-    return out
-
-
-def protocol_differences(records: list[dict]) -> list[str]:
-    """One line per protocol field whose value is not the same in every record."""
-    flat = [_flatten(r.get("protocol", {})) for r in records]
-    keys = sorted(set().union(*flat))
-    lines = []
-    for key in keys:
-        values = [f.get(key, "(absent)") for f in flat]
-        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1:
-            shown = " vs ".join(_clip(v) for v in values)
-            lines.append(f"protocol differs in {key}: {shown}")
-    for dataset in sorted({d for r in records for d in r.get("questions", {})}):
-        counts = [r.get("questions", {}).get(dataset) for r in records]
-        if len(set(counts)) > 1:
-            lines.append(f"questions differ on {dataset}: {' vs '.join(map(str, counts))}")
-    return lines
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key == "text":  # a prompt's text: its hash beside it says the same
-                continue
-            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
-def _clip(value: Any, width: int = 40) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 # ---- LLM-as-a-judge ------------------------------------------------------------------------
@@ -561,7 +454,7 @@ def add_judgements(record: dict, out: Path, judge: tuple[str, str, str]) -> None
     for dataset, rows in record["predictions"].items():
         with ThreadPoolExecutor(max_workers=8) as pool:
             verdicts = list(pool.map(ask, rows))
-        for row, verdict in zip(rows, verdicts):
+        for row, verdict in zip(rows, verdicts, strict=True):
             row["lj"] = float(verdict)
         if rows:
             record["metrics"][dataset]["LJ"] = sum(verdicts) / len(verdicts)
@@ -572,236 +465,3 @@ def judge_verdict(reply: str) -> bool:
     """True when the first yes / no word of a judge's reply is yes; never raises."""
     match = re.search(r"\b(yes|no)\b", reply or "", re.IGNORECASE)
     return bool(match) and match.group(1).lower() == "yes"
-
-
-# ---- records -------------------------------------------------------------------------------
-
-
-def slug(label: str) -> str:
-    """A folder name for a model: ``untrained``, or its path's last parts."""
-    if label == UNTRAINED:
-        return label
-    parts = [p for p in Path(label).parts[-4:] if p not in ("checkpoints", "/", "..", ".")]
-    text = "_".join(parts[-3:]) or "model"
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)
-
-
-def write_record(record: dict, out: Path) -> Path:
-    """``OUT/<model>/record.json`` and one predictions file per dataset."""
-    folder = out / slug(record["model"]["label"])
-    folder.mkdir(parents=True, exist_ok=True)
-    for dataset, rows in record.get("predictions", {}).items():
-        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        _write(folder / f"predictions_{dataset}.jsonl", lines)
-    saved = {k: v for k, v in record.items() if k != "predictions"}
-    saved["predictions"] = {d: f"predictions_{d}.jsonl" for d in record.get("predictions", {})}
-    _write(folder / "record.json", json.dumps(saved, indent=2, default=str) + "\n")
-    return folder / "record.json"
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_record(path: str | Path) -> dict:
-    """A record written by ``lit-rag evaluate``.
-
-    Raises:
-        InputError: Missing, not JSON, or not a record of a known suite.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"evaluate: record '{path}' does not exist")
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"evaluate: record '{path}' is not JSON: {exc}") from None
-    if not isinstance(record, dict) or record.get("suite") not in SUITES:
-        raise InputError(
-            f"evaluate: '{path}' is not a lit-rag evaluate record (it needs a 'suite' of "
-            f"{', '.join(SUITES)})"
-        )
-    if not isinstance(record.get("metrics"), dict) or not isinstance(record.get("model"), dict):
-        raise InputError(f"evaluate: record '{path}' lacks its 'metrics' or 'model'")
-    return record
-
-
-def read_predictions(folder: Path, dataset: str) -> list[dict]:
-    path = folder / f"predictions_{dataset}.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-# ---- the table -----------------------------------------------------------------------------
-
-
-def render(suite: Suite, records: list[dict]) -> str:
-    """The table: our rows, the paper's rows, and notes (limit, absent data, protocol)."""
-    other = [r["suite"] for r in records if r["suite"] != suite.name]
-    if other:
-        raise InputError(
-            f"evaluate: records of different suites ({suite.name}, {other[0]}) in one table"
-        )
-    columns = [(d, m) for d in suite.datasets for m in suite.metrics]
-    titles = [
-        DATASET_TITLES[d] if len(suite.metrics) == 1 else f"{DATASET_TITLES[d]} {m.title}"
-        for d, m in columns
-    ]
-    if suite.average:
-        titles.append("Avg")
-    header = ["model", *titles]
-    rows = [header]
-    for record in records:
-        cells = []
-        for dataset, metric in columns:
-            values = record["metrics"].get(dataset)
-            if values is None:
-                cells.append("absent")
-            elif metric.title in values:
-                cells.append(_number(values[metric.title], metric.title))
-            else:
-                cells.append(DASH)
-        if suite.average:
-            cells.append(_average(record, suite))
-        rows.append([_row_title(record), *cells])
-    published = suite.published
-    params = max((r["model"].get("parameters", 0) for r in records), default=0)
-    ordered = sorted(
-        published.rows,
-        key=lambda row: abs(math.log(row.params_b * 1e9) - math.log(params)) if params else 0,
-    )
-    separator = len(rows)
-    for row in ordered:
-        cells = [
-            DASH
-            if row.values.get((d, m.title)) is None
-            else _number(row.values[(d, m.title)], m.title)
-            for d, m in columns
-        ]
-        if suite.average:
-            values = [row.values.get((d, suite.metrics[0].title)) for d in suite.datasets]
-            cells.append(
-                DASH if None in values else f"{sum(values) / len(values):.3f}"  # type: ignore[arg-type]
-            )
-        rows.append([row.name, *cells])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
-        ).rstrip()
-
-    metric_names = "/".join(m.title for m in suite.metrics)
-    out = [f"suite {suite.name}: {suite.description} ({metric_names})", ""]
-    out += [line(rows[0]), *(line(r) for r in rows[1:separator])]
-    out += ["", f"published: {published.citation}: {published.protocol}"]
-    out += [line(r) for r in rows[separator:]]
-    out += [""] + notes(suite, records)
-    return "\n".join(out)
-
-
-def notes(suite: Suite, records: list[dict]) -> list[str]:
-    """What a reader must know to compare the rows: limits, absent data, protocol."""
-    lines = []
-    limits = sorted(
-        {
-            d.get("limit")
-            for r in records
-            for d in r.get("protocol", {}).get("datasets", {}).values()
-            if d.get("limit")
-        }
-    )
-    if limits:
-        counts = ", ".join(
-            f"{DATASET_TITLES[d]} {n}" for d, n in records[0].get("questions", {}).items()
-        )
-        lines.append(
-            f"cut: the first {'/'.join(map(str, limits))} questions of each dataset (--limit; "
-            f"scored: {counts}); the published rows score {published_questions(suite)}"
-        )
-    absent = sorted({d for r in records for d in r.get("absent", {})})
-    if absent:
-        paths = records[0].get("absent", {})
-        lines.append(
-            f"absent: {', '.join(DATASET_TITLES[d] for d in absent)} "
-            f"(no {', '.join(paths.get(d, d) for d in absent)}): "
-            f"write them with lit-rag data {suite.paper} (lit-rag data --list names the sources)"
-        )
-    if any(m.judge for m in suite.metrics) and not any(
-        "LJ" in v for r in records for v in r["metrics"].values()
-    ):
-        lines.append(
-            f"{DASH} under LJ: no judge; name one with --judge URL --judge-model NAME "
-            "(any OpenAI-compatible endpoint, e.g. a local vllm serve)"
-        )
-    if records:
-        lines.append("this run: " + protocol_summary(records[0]))
-    lines += protocol_differences(records) if len(records) > 1 else []
-    return lines
-
-
-def published_questions(suite: Suite) -> str:
-    return suite.published.settings.get("questions", "the paper's splits")
-
-
-def protocol_summary(record: dict) -> str:
-    """Model-independent protocol in a line: retriever, corpus, top-k, engine, recipe."""
-    p = record.get("protocol", {})
-    retriever = p.get("retriever") or {}
-    parts = [f"recipe {p.get('recipe', {}).get('path', '?')}"]
-    if retriever:
-        name = (retriever.get("class") or "?").rsplit(".", 1)[-1]
-        corpus = retriever.get("corpus") or retriever.get("index") or "?"
-        fingerprint = retriever.get("corpus_fingerprint")
-        parts.append(
-            f"retriever {name} over {corpus}"
-            + (f" (corpus {fingerprint[:12]})" if fingerprint else "")
-        )
-    else:
-        parts.append("no retriever (the references in the prompt)")
-    for key, value in (p.get("top_k") or {}).items():
-        parts.append(f"{key} {value}")
-    engine = p.get("engine") or {}
-    if engine:
-        name = (engine.get("class") or "?").rsplit(".", 1)[-1]
-        version = engine.get("vllm") or engine.get("transformers")
-        parts.append(f"engine {name} {version}")
-    decoding = p.get("decoding") or {}
-    if decoding:
-        temperature, budget = decoding.get("temperature"), decoding.get("max_new_tokens")
-        parts.append(f"temperature {temperature}, {budget} new tokens")
-    return "; ".join(parts)
-
-
-def _average(record: dict, suite: Suite) -> str:
-    title = suite.metrics[0].title
-    values = [record["metrics"].get(d, {}).get(title) for d in suite.datasets]
-    have = [v for v in values if v is not None]
-    if not have:
-        return DASH
-    mean = f"{sum(have) / len(have):.3f}"
-    return mean if len(have) == len(values) else f"{mean} ({len(have)}/{len(values)})"
-
-
-def _number(value: float, title: str) -> str:
-    return f"{value:.2f}" if title == "K" else f"{value:.3f}"
-
-
-def _row_title(record: dict) -> str:
-    """``untrained (<base model file>)`` or the checkpoint's / folder's last path parts."""
-    model = record["model"]
-    if model["label"] != UNTRAINED:
-        return _short(model["label"])
-    base = model.get("base", {})
-    name = Path(base["path"]).name if base.get("path") else "tiny random"
-    return f"untrained ({name})"
-
-
-def _short(label: str) -> str:
-    if label == UNTRAINED:
-        return label
-    parts = [p for p in Path(label).parts[-4:] if p != "checkpoints"]
-    return "/".join(parts[-3:])

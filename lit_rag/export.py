@@ -136,7 +136,7 @@ def export(
 def policy_config(recipe: str, overrides: list[str]):
     """The recipe's ``model.policy`` (a :class:`~lit_rag.modules.loading.ModelConfig`), parsed as
     ``lit-rag fit`` parses it, overrides included; nothing is loaded or started."""
-    from lit_rag.cli import build_cli
+    from lit_rag.trainer_cli import build_cli
 
     cli = build_cli(["--config", recipe, *overrides], run=False)
     config = getattr(cli.model, "policy_config", None)

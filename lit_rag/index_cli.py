@@ -77,13 +77,30 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, title="commands")
+    _add_build(sub)
+    _add_search(sub)
+    _add_eval(sub)
+    _add_serve(sub)
+    _add_import(sub)
+    return parser
 
-    def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        line = INDEX_COMMANDS[name]
-        return sub.add_parser(name, help=line, description=line, **kwargs)
 
-    build = command(
-        "build", epilog=_BUILD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+def _command(sub: argparse._SubParsersAction, name: str, **kwargs) -> argparse.ArgumentParser:
+    """The parser of ``lit-rag index NAME``, its line in :data:`INDEX_COMMANDS`."""
+    line = INDEX_COMMANDS[name]
+    return sub.add_parser(name, help=line, description=line, **kwargs)
+
+
+def _add_opening(command: argparse.ArgumentParser) -> None:
+    """The options of a command that opens an index: the encoder, and whether to trust the
+    manifest's."""
+    command.add_argument("--encoder", default=None, help=_ENCODER_HELP)
+    command.add_argument("--trust-manifest-encoder", action="store_true", help=_TRUST_HELP)
+
+
+def _add_build(sub: argparse._SubParsersAction) -> None:
+    build = _command(
+        sub, "build", epilog=_BUILD_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     build.add_argument(
         "--corpus",
@@ -109,11 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="bm25,dense",
         help="hybrid: the registered retrievers it fuses (default: bm25,dense)",
     )
-    search = command("search")
+
+
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    search = _command(sub, "search")
     search.add_argument("index", help=_INDEX_HELP)
     search.add_argument("query", nargs="+", help="the query (several words are joined by spaces)")
     search.add_argument("-k", type=int, default=5, help="passages to print (default: 5)")
-    evaluate = command("eval")
+    _add_opening(search)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    evaluate = _command(sub, "eval")
     evaluate.add_argument("index", help=_INDEX_HELP)
     evaluate.add_argument(
         "--data",
@@ -136,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--batch-size", type=int, default=64, help="questions searched at once (default: 64)"
     )
-    serve = command("serve")
+    _add_opening(evaluate)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    serve = _command(sub, "serve")
     serve.add_argument("index", help=_INDEX_HELP)
     serve.add_argument(
         "--host",
@@ -155,16 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-queries", type=int, default=4096, help="most queries one request may hold"
     )
-    for command in (search, evaluate, serve):
-        command.add_argument("--encoder", default=None, help=_ENCODER_HELP)
-        command.add_argument("--trust-manifest-encoder", action="store_true", help=_TRUST_HELP)
-    _add_import(sub)
-    return parser
+    _add_opening(serve)
 
 
 def _add_import(sub: argparse._SubParsersAction) -> None:
-    line = INDEX_COMMANDS["import"]
-    imp = sub.add_parser("import", help=line, description=line)
+    imp = _command(sub, "import")
     imp.add_argument(
         "--faiss",
         required=True,

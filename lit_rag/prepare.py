@@ -32,20 +32,17 @@ question met by a validation sample drawn from a training split. A source smalle
 paper's count is taken whole, with one line saying so. Every file is written to a temporary
 name and renamed, so a cut run leaves no half-written file. Ids become ``<source>/<id>``
 (unique in every file); ``meta`` gains ``source``, ``dataset`` and ``source_id``.
+
+This module is the command and the run from sources to files; finding and reading the sources
+is :mod:`lit_rag.prepare_sources`, the sampling :mod:`lit_rag.prepare_sampling`, the atomic
+writes and hashes :mod:`lit_rag.prepare_files`.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
-import os
-import random
-import re
 import shlex
 from argparse import RawDescriptionHelpFormatter
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lit_rag.data.papers import (
@@ -61,9 +58,12 @@ from lit_rag.data.papers import (
     paper,
     test_files,
 )
-from lit_rag.data.readers import read_examples, write_litrag
-from lit_rag.errors import CommandParser, DiskFullError, InputError
-from lit_rag.retrieval.corpus import detect_corpus_format, pool_examples, write_corpus
+from lit_rag.data.readers import write_litrag
+from lit_rag.errors import CommandParser, InputError
+from lit_rag.prepare_files import atomic, remove_stale_temps, sha256
+from lit_rag.prepare_sampling import Plan, sample
+from lit_rag.prepare_sources import Loaded, hint, load, resolve, wiki18_entry
+from lit_rag.retrieval.corpus import pool_examples, write_corpus
 from lit_rag.types import Example, Passage
 
 USAGE = (
@@ -71,9 +71,20 @@ USAGE = (
     "[--seed 42] [--eval-only] | lit-rag data --list"
 )
 __all__ = [
-    "ALIASES", "FLASHRAG_REPO", "PAPERS", "SOURCES", "DataFile", "Paper", "Source", "Take",
-    "build_parser", "main", "paper", "prepare", "test_files",
-]  # fmt: skip
+    "ALIASES",
+    "FLASHRAG_REPO",
+    "PAPERS",
+    "SOURCES",
+    "DataFile",
+    "Paper",
+    "Source",
+    "Take",
+    "build_parser",
+    "main",
+    "paper",
+    "prepare",
+    "test_files",
+]
 
 
 # --------------------------------------------------------------------------- command line
@@ -184,247 +195,7 @@ def parse_sources(values: list[str], spec: Paper) -> dict[str, Path]:
     return given
 
 
-# --------------------------------------------------------------------------- sources
-
-
-@dataclass
-class _Loaded:
-    path: Path
-    origin: str  # --source, --flashrag or --hub
-    examples: list[Example] = field(default_factory=list)
-
-
-def _hint(name: str, spec: Paper) -> str:
-    src = SOURCES[name]
-    if name in spec.paragraphs or name == "wiki18":
-        return f"pass --source {name}=PATH ({src.original})"
-    return f"pass --source {name}=PATH, --flashrag DIR (with {src.flashrag}) or --hub"
-
-
-def resolve(name: str, spec: Paper, given: dict[str, Path], flashrag: Path | None, hub: bool):
-    """Where source ``name`` is read from, and how it was found; None when it is absent.
-
-    Raises:
-        InputError: ``--hub`` could not import huggingface_hub or download the file.
-    """
-    if name in given:
-        return given[name], "--source"
-    if name in spec.paragraphs:  # lit-rag reads FlashRAG's QA layout without paragraphs
-        return None
-    candidate = flashrag / SOURCES[name].flashrag if flashrag else None
-    if candidate is not None and candidate.is_file():
-        return candidate, "--flashrag"
-    if hub and name != "wiki18":  # wiki18 is a zip of ~21M passages: fetched by hand
-        return _download(name, spec), "--hub"
-    return None
-
-
-def _download(name: str, spec: Paper) -> Path:
-    """FlashRAG's file for ``name``, from the Hub's cache (huggingface_hub, imported here)."""
-    filename = SOURCES[name].flashrag
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        raise InputError(
-            f"data: --hub needs huggingface_hub for {name}; {_hint(name, spec)}"
-        ) from None
-    try:
-        return Path(hf_hub_download(repo_id=FLASHRAG_REPO, repo_type="dataset", filename=filename))
-    except Exception as exc:  # offline, not found, ...: the user can still pass the file
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise InputError(
-            f"data: --hub could not download {FLASHRAG_REPO}/{filename} for {name} ({reason}); "
-            f"pass --source {name}=PATH or --flashrag DIR"
-        ) from None
-
-
-def load(name: str, path: Path, origin: str, spec: Paper) -> _Loaded:
-    """Read source ``name``: ids ``<source>/<id>``, ``meta`` with ``source`` and ``dataset``.
-
-    Raises:
-        InputError: A file this paper needs paragraphs from holds none (FlashRAG's layout).
-    """
-    src = SOURCES[name]
-    examples = read_examples(path)
-    if name in spec.paragraphs and examples and not any(e.references for e in examples):
-        raise InputError(
-            f"data: {name} ({path}) has no paragraphs; {spec.name} needs the original layout: "
-            f"{_hint(name, spec)}"
-        )
-    seen: dict[str, int] = {}
-    out = []
-    for example in examples:
-        base = f"{name}/{example.id}"
-        seen[base] = seen.get(base, 0) + 1
-        question = example.question.strip()
-        if spec.question_mark and not question.endswith("?"):
-            # Search-R1 scripts/data_process/qa_search_train_merge.py (and _test_merge.py):
-            # "if example['question'][-1] != '?': example['question'] += '?'"
-            question += "?"
-        keep = name in spec.paragraphs  # a search agent retrieves; given paragraphs go unused
-        out.append(
-            replace(
-                example,
-                id=base if seen[base] == 1 else f"{base}#{seen[base]}",
-                question=question,
-                references=list(example.references) if keep else [],
-                gold_ids=list(example.gold_ids) if keep else [],
-                meta={
-                    **example.meta,
-                    "source": name,
-                    "dataset": src.dataset,
-                    "source_id": example.id,
-                },
-            )
-        )
-    return _Loaded(path, origin, out)
-
-
-# --------------------------------------------------------------------------- sampling
-
-_PUNCT = re.compile(r"[^\w\s]")
-
-
-def question_key(question: str) -> str:
-    """A question as duplicates are found: lower case, punctuation gone, spaces collapsed.
-
-    >>> question_key("Who wrote  'Hamlet'?")
-    'who wrote hamlet'
-    """
-    return " ".join(_PUNCT.sub(" ", question.lower()).split())
-
-
-def _keys(example: Example) -> tuple[tuple[str, str], str]:
-    return (example.meta["dataset"], str(example.meta["source_id"])), question_key(example.question)
-
-
-@dataclass
-class _Plan:
-    """What sampling produced: each file's examples and composition, and what it noticed."""
-
-    files: dict[str, list[Example]] = field(default_factory=dict)
-    composition: dict[str, dict[str, dict]] = field(default_factory=dict)
-    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)
-
-
-def sample(spec: Paper, loaded: dict[str, _Loaded], files: list[DataFile], seed: int) -> _Plan:
-    """Each file's examples: test files first, then val, then train (see the module docstring)."""
-    plan = _Plan()
-    cursor: dict[str, int] = {}
-    orders = {
-        name: _permutation(len(item.examples), f"{seed}/{spec.name}/{name}")
-        for name, item in loaded.items()
-    }
-    held: tuple[set, set] = (set(), set())  # evaluation (dataset, id) keys, question keys
-    tested = {t.source for f in files if f.role == "test" for t in f.takes}
-    sharing, demand = _demand(files)
-    for data_file in sorted(files, key=lambda f: ("test", "val", "train").index(f.role)):
-        rows: list[Example] = []
-        parts: dict[str, dict] = {}
-        for take in data_file.takes:
-            if take.source not in loaded:
-                continue
-            pool = loaded[take.source].examples
-            # train never holds an evaluation question, nor does a validation sample drawn from
-            # a training split (EVO-RAG's and Search-R1's validation questions are test ones)
-            exclude = data_file.role == "train" or take.source not in tested
-            if take.count is None:
-                chosen = [e for e in pool if not (exclude and _held(e, held))]
-                skipped = len(pool) - len(chosen)
-            else:
-                # a source smaller than what its samples ask for together is shared in
-                # proportion to their counts (each gets at least one record)
-                quota = take.count
-                if len(pool) < demand[take.source]:
-                    quota = max(1, take.count * len(pool) // demand[take.source])
-                chosen, skipped = _draw(
-                    take, quota, pool, orders[take.source], cursor, held, exclude
-                )
-                if len(chosen) < take.count:
-                    others = [n for n in sharing[take.source] if n != data_file.name]
-                    plan.lines.append(
-                        _short(take, data_file, len(pool), len(chosen), others, skipped)
-                    )
-            if exclude and skipped:
-                plan.dropped.setdefault(data_file.name, {})[take.source] = skipped
-            rows += chosen
-            parts[take.source] = {
-                "requested": "all" if take.count is None else take.count,
-                "written": len(chosen),
-                "section": take.cite,
-            }
-        if data_file.shuffle:
-            random.Random(f"{seed}/{spec.name}/{data_file.name}").shuffle(rows)
-        if data_file.role != "train":
-            for example in rows:
-                ident, text = _keys(example)
-                held[0].add(ident)
-                held[1].add(text)
-        plan.files[data_file.name] = rows
-        plan.composition[data_file.name] = parts
-    return plan
-
-
-def _demand(files: list[DataFile]) -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Per source, the files that sample it and the records they ask for together."""
-    sharing: dict[str, list[str]] = {}
-    demand: dict[str, int] = {}
-    for data_file in files:
-        for take in data_file.takes:
-            if take.count is not None:
-                sharing.setdefault(take.source, []).append(data_file.name)
-                demand[take.source] = demand.get(take.source, 0) + take.count
-    return sharing, demand
-
-
-def _permutation(n: int, key: str) -> list[int]:
-    order = list(range(n))
-    random.Random(key).shuffle(order)
-    return order
-
-
-def _held(example: Example, held: tuple[set, set]) -> bool:
-    ident, text = _keys(example)
-    return ident in held[0] or text in held[1]
-
-
-def _draw(take: Take, quota: int, pool, order, cursor, held, exclude) -> tuple[list, int]:
-    """Up to ``quota`` records from the source's permutation, from where the last take of it
-    stopped; with ``exclude``, evaluation questions are passed over (and counted)."""
-    chosen: list[Example] = []
-    skipped = 0
-    has_level = take.hard and any("level" in e.meta for e in pool)
-    i = cursor.get(take.source, 0)
-    while i < len(order) and len(chosen) < quota:
-        example = pool[order[i]]
-        i += 1
-        if has_level and example.meta.get("level") != "hard":
-            continue
-        if exclude and _held(example, held):
-            skipped += 1
-            continue
-        chosen.append(example)
-    cursor[take.source] = i
-    return chosen, skipped
-
-
-def _short(
-    take: Take, data_file: DataFile, total: int, got: int, others: list[str], skipped: int
-) -> str:
-    """The line for a source smaller than its count: ``lit-rag data: hotpotqa-train has 100
-    records, the paper samples 10,000: took 100``."""
-    who = f"{data_file.name} samples" if take.ours else "the paper samples"
-    notes = [f"shared with {', '.join(others)}"] if others else []
-    if skipped:
-        notes.append(f"{skipped:,} passed over as evaluation questions")
-    if take.hard:
-        notes.append("hard-level records only, where the records carry a level")
-    extra = f" ({'; '.join(notes)})" if notes else ""
-    return f"{take.source} has {total:,} records{extra}, {who} {take.count:,}: took {got:,}"
-
-
-# --------------------------------------------------------------------------- writing
+# --------------------------------------------------------------------------- the files
 
 
 def prepare(
@@ -447,13 +218,45 @@ def prepare(
     if out.exists() and not out.is_dir():
         raise InputError(f"data: --out {out} is a file, not a folder")
     files = [f for f in spec.files if f.role == "test" or not eval_only]
+    loaded, absent = _load_sources(spec, files, given, flashrag, hub)
+    plan = sample(spec, loaded, files, seed)
+    _check_not_empty(plan, files)
+    written = {name: rows for name, rows in plan.files.items() if rows}
+    corpus: list[Passage] | None = None
+    if spec.corpus:
+        corpus, written = _pool(written)
+    wiki = wiki18_entry(spec, given, flashrag) if spec.wiki18 else None
+    if spec.wiki18 and wiki is None:
+        absent["wiki18"] = hint("wiki18", spec)
+    checksums = _write_files(out, written, corpus)
+    manifest = _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wiki)
+    if corpus is not None:
+        manifest["files"]["corpus.jsonl"] = {
+            "records": len(corpus),
+            "sha256": checksums["corpus.jsonl"],
+            "sources": {"paragraphs": {"written": len(corpus), "section": spec.corpus}},
+        }
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    atomic(out / "manifest.json", lambda temp: temp.write_text(text, encoding="utf-8"))
+    _report(spec, out, plan, manifest, absent, wiki, recipe or spec.name)
+    return manifest
+
+
+def _load_sources(
+    spec: Paper, files: list[DataFile], given: dict[str, Path], flashrag: Path | None, hub: bool
+) -> tuple[dict[str, Loaded], dict[str, str]]:
+    """Every source ``files`` sample, read; and each absent one with how to give it.
+
+    Raises:
+        InputError: A source of a train file is absent.
+    """
     required = [t.source for f in files if f.role == "train" for t in f.takes]
-    loaded: dict[str, _Loaded] = {}
+    loaded: dict[str, Loaded] = {}
     absent: dict[str, str] = {}
     for name in dict.fromkeys(t.source for f in files for t in f.takes):
         found = resolve(name, spec, given, flashrag, hub)
         if found is None:
-            absent[name] = _hint(name, spec)
+            absent[name] = hint(name, spec)
         else:
             loaded[name] = load(name, *found, spec)
     missing = [n for n in dict.fromkeys(required) if n in absent]
@@ -463,7 +266,11 @@ def prepare(
             + "; ".join(absent[n] for n in missing)
             + " (or --eval-only: the test files alone)"
         )
-    plan = sample(spec, loaded, files, seed)
+    return loaded, absent
+
+
+def _check_not_empty(plan: Plan, files: list[DataFile]) -> None:
+    """Fail when a train or val file would be empty (a test file may be)."""
     for data_file in files:
         if data_file.role != "test" and not plan.files[data_file.name]:
             raise InputError(
@@ -471,33 +278,23 @@ def prepare(
                 f"{', '.join(t.source for t in data_file.takes)} with records that are not "
                 "evaluation questions (or --eval-only)"
             )
-    written = {name: rows for name, rows in plan.files.items() if rows}
-    corpus: list[Passage] | None = None
-    if spec.corpus:
-        corpus, written = _pool(written)
-    wiki = _wiki18(spec, given, flashrag) if spec.wiki18 else None
-    if spec.wiki18 and wiki is None:
-        absent["wiki18"] = _hint("wiki18", spec)
+
+
+def _write_files(
+    out: Path, written: dict[str, list[Example]], corpus: list[Passage] | None
+) -> dict[str, str]:
+    """Each file (and the pooled corpus) into ``out``, atomically; their SHA-256 by name."""
     out.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(out)
+    remove_stale_temps(out)
     checksums = {
-        name: _atomic(out / name, lambda temp, rows=rows: write_litrag(rows, temp))
+        name: atomic(out / name, lambda temp, rows=rows: write_litrag(rows, temp))
         for name, rows in written.items()
     }
     if corpus is not None:
-        checksums["corpus.jsonl"] = _atomic(
+        checksums["corpus.jsonl"] = atomic(
             out / "corpus.jsonl", lambda temp: write_corpus(corpus, temp)
         )
-    manifest = _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wiki)
-    if corpus is not None:
-        manifest["files"]["corpus.jsonl"] = {
-            "records": len(corpus), "sha256": checksums["corpus.jsonl"],
-            "sources": {"paragraphs": {"written": len(corpus), "section": spec.corpus}},
-        }  # fmt: skip
-    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    _atomic(out / "manifest.json", lambda temp: temp.write_text(text, encoding="utf-8"))
-    _report(spec, out, plan, manifest, absent, wiki, recipe or spec.name)
-    return manifest
+    return checksums
 
 
 def _pool(files: dict[str, list[Example]]) -> tuple[list[Passage], dict[str, list[Example]]]:
@@ -512,72 +309,6 @@ def _pool(files: dict[str, list[Example]]) -> tuple[list[Passage], dict[str, lis
     return passages, out
 
 
-def _wiki18(spec: Paper, given: dict[str, Path], flashrag: Path | None) -> dict | None:
-    """The wiki18 corpus's path, format, SHA-256 and passage count (it is not copied)."""
-    found = resolve("wiki18", spec, given, flashrag, hub=False)
-    if found is None:
-        return None
-    path, origin = found
-    fmt = detect_corpus_format(path)
-    if fmt not in ("flashrag", "litrag"):
-        raise InputError(f"data: wiki18 ({path}) is a {fmt} QA file, not a corpus (id, contents)")
-    if path.stat().st_size > 1 << 30:
-        print(f"lit-rag data: hashing wiki18 ({path.stat().st_size / 2**30:.1f} GiB) ...")
-    digest, lines = _sha256(path, count_lines=True)
-    return {
-        "path": str(path.resolve()),
-        "from": origin,
-        "format": fmt,
-        "sha256": digest,
-        "records": lines,
-    }
-
-
-def _sha256(path: Path, count_lines: bool = False) -> tuple[str, int]:
-    digest, lines = hashlib.sha256(), 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            if count_lines:
-                lines += chunk.count(b"\n")
-    return digest.hexdigest(), lines
-
-
-def _remove_stale_temps(out: Path) -> None:
-    """Remove the temporary files of runs killed mid-write (their process is gone)."""
-    for stale in out.glob(".*.tmp-*"):
-        pid = stale.name.rpartition("-")[2]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            stale.unlink(missing_ok=True)
-        except OSError:  # alive under another user: not ours to remove
-            pass
-
-
-def _atomic(path: Path, write: Callable[[Path], object]) -> str:
-    """``write(temp)`` a temporary file beside ``path``, then rename it onto ``path`` (a cut run
-    leaves the old file or none, never half of one); the SHA-256 of what was written.
-
-    Raises:
-        DiskFullError: The filesystem is full (the temporary file is removed).
-    """
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(temp)
-        with temp.open("rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException as exc:
-        temp.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"data: disk full while writing {path}; free space or pass --out")
-        raise
-    return _sha256(path)[0]
-
-
 def _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wiki) -> dict:
     from lit_rag import __version__
 
@@ -586,7 +317,7 @@ def _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wik
         sources[name] = {
             "path": str(item.path.resolve()),
             "from": item.origin,
-            "sha256": _sha256(item.path)[0],
+            "sha256": sha256(item.path)[0],
             "records": len(item.examples),
         }
     if wiki is not None:
@@ -616,8 +347,8 @@ def _report(spec, out, plan, manifest, absent, wiki, recipe) -> None:
     """The lines the command prints: shortfalls, absent sources, the table, what to run next."""
     for line in plan.lines:
         print(f"lit-rag data: {line}")
-    for name, hint in absent.items():
-        print(f"lit-rag data: absent: {name} ({hint})")
+    for name, how in absent.items():
+        print(f"lit-rag data: absent: {name} ({how})")
     for name, drops in plan.dropped.items():
         counts = ", ".join(f"{s} {n:,}" for s, n in drops.items())
         print(f"lit-rag data: {name}: dropped evaluation questions: {counts}")
@@ -629,6 +360,14 @@ def _report(spec, out, plan, manifest, absent, wiki, recipe) -> None:
     for row in rows:
         print(f"{row[0].ljust(width[0])}  {row[1].rjust(width[1])}  {row[2]}".rstrip())
     print(f"wrote {len(manifest['files'])} files and manifest.json to {out}")
+    for i, step in enumerate(_next_steps(spec, out, manifest, wiki, recipe)):
+        print(f"{'next:' if i == 0 else ''}".ljust(6) + step)
+
+
+def _next_steps(
+    spec: Paper, out: Path, manifest: dict, wiki: dict | None, recipe: str
+) -> list[str]:
+    """The commands to run next: build the index (where the paper retrieves), then train."""
     steps = []
     if spec.corpus:
         steps.append(spec.index.format(corpus=shlex.quote(str(out / "corpus.jsonl"))))
@@ -636,11 +375,12 @@ def _report(spec, out, plan, manifest, absent, wiki, recipe) -> None:
         steps.append(spec.index.format(corpus=shlex.quote(wiki["path"]) if wiki else "WIKI18"))
     if "train.jsonl" in manifest["files"]:
         default = Path("data") / spec.name
-        data = "" if out == default else (
-            f" --data.train={shlex.quote(str(out / 'train.jsonl'))}"
-            f" --data.val={shlex.quote(str(out / 'val.jsonl'))}"
-        )  # fmt: skip
+        data = ""
+        if out != default:
+            data = (
+                f" --data.train={shlex.quote(str(out / 'train.jsonl'))}"
+                f" --data.val={shlex.quote(str(out / 'val.jsonl'))}"
+            )
         name = recipe if recipe in spec.recipes else spec.recipes[0]
         steps.append(f"lit-rag fit --config recipes/{name}.yaml{data}")
-    for i, step in enumerate(steps):
-        print(f"{'next:' if i == 0 else ''}".ljust(6) + step)
+    return steps

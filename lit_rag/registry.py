@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 
 from lit_rag.errors import InputError
@@ -70,7 +70,7 @@ def _check_kind(kind: str) -> str:
     return GROUPS[kind]
 
 
-@lru_cache(maxsize=None)
+@cache
 def available(kind: str) -> dict[str, PluginInfo]:
     """Registered plugins of one kind, by name.
 
@@ -134,7 +134,7 @@ def clear_cache() -> None:
     load.cache_clear()
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(kind: str, name: str) -> type:
     """Import and return the class (or function) registered as ``name``.
 
@@ -195,6 +195,12 @@ def class_path(kind: str, name: str) -> str:
     if kind == "reward" and not isinstance(cls, type) and callable(cls):  # a reward function
         return f"lit_rag.reward_functions.{name}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def name_of(kind: str, cls: type) -> str:
+    """The name ``cls`` is registered under (imports nothing); "" when it is not registered."""
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    return next((i.name for i in available(kind).values() if i.target == target), "")
 
 
 def all_plugins() -> list[PluginInfo]:

@@ -255,9 +255,10 @@ def plot_group(title: str, series: Series, path: Path) -> None:
     fig = Figure(figsize=(8, 4.5 if rows == 1 else 2.6 * rows), dpi=100)
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False, sharex=True).flatten()
-    for ax, panel in zip(axes, panels):
+    # an odd number of panels in two columns leaves the grid's last cell empty (hidden below)
+    for ax, panel in zip(axes[: len(panels)], panels, strict=True):
         for key, points in panel.items():
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, label=key, marker="o" if len(points) < 30 else None, markersize=3)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")

@@ -63,8 +63,10 @@ class Reward(ABC):
             raise ValueError(f"unknown reward component(s) {unknown}; this reward has: {known}")
         self.weights.update(weights)
 
-    def set_stage(self, stage: str) -> None:
-        """Switch to a curriculum stage (rewards that declare ``stages``)."""
+    def set_stage(self, stage: str, table: dict[str, tuple[float, ...]] | None = None) -> None:
+        """Switch to a curriculum stage (rewards that declare ``stages``); a time-weighted
+        reward takes the stage's anchors from ``table`` (component -> anchor row), ``None``: its
+        own table."""
         raise ValueError(f"{type(self).__name__} has no curriculum stages")
 
     def set_anchors(self, early: dict[str, float], late: dict[str, float]) -> None:
@@ -79,7 +81,7 @@ class Reward(ABC):
         """State a resumed run needs (plain types and tensors); the checkpoint carries it."""
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`'s output."""
 
 
@@ -187,11 +189,8 @@ def function_reward_class(name: str, function: Callable) -> type[FunctionReward]
     are checked against the function's own parameters, and ``--help`` lists them."""
     try:
         hints = typing.get_type_hints(function)
-    except (
-        NameError,
-        TypeError,
-        AttributeError,
-    ):  # an annotation naming something unimportable: keep the strings
+    # an annotation naming something unimportable: keep the strings
+    except (NameError, TypeError, AttributeError):
         hints = {}
     keep = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     params = [

@@ -94,7 +94,7 @@ def _rows(
 ) -> tuple[PublishedRow, ...]:
     """Rows of a one-metric table, values listed in dataset order."""
     return tuple(
-        PublishedRow(name, size, {(d, metric): v for d, v in zip(datasets, values)})
+        PublishedRow(name, size, {(d, metric): v for d, v in zip(datasets, values, strict=True)})
         for name, size, values in table
     )
 

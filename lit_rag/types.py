@@ -1,16 +1,129 @@
 """The vocabulary every part of lit-rag speaks (docs/DESIGN.md, "Vocabulary").
 
 Readers end in :class:`Example`; environments return :class:`Trajectory`; rewards return
-:class:`RewardBreakdown`. Nothing downstream of a reader knows a file format.
+:class:`RewardBreakdown`. Nothing downstream of a reader knows a file format. What an
+environment hands a reward or an algorithm beyond that is a :class:`Contract` (docs/STYLE.md 19).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from lit_rag.errors import InputError
 
 if TYPE_CHECKING:  # annotations only: ``lit-rag index search`` and ``--help`` never import torch
     import torch
+
+C = TypeVar("C", bound="Contract")
+
+
+class Contract:
+    """Typed data one plugin hands another on ``Trajectory.contract`` (or ``Example.contract``),
+    in place of string keys in ``meta`` (docs/STYLE.md 19).
+
+    A subclass is a dataclass in the module of the environment that writes it, exported through
+    :mod:`lit_rag.api`; ``producer`` is that environment's registered name. A reader (a reward,
+    an algorithm) fetches it with :meth:`of` when it needs it or :meth:`find` when it can do
+    without: a trajectory that carries none, or another type, fails at once with an
+    :class:`~lit_rag.errors.InputError` naming both plugins, never a silent zero reward.
+    ``meta`` stays free-form, for users' own keys.
+
+    Example::
+
+        @dataclass
+        class Turns(Contract):
+            producer: ClassVar[str] = "my_agent"
+            turns: int
+
+        trajectory.contract = Turns(turns=3)  # the environment, on each trajectory
+        Turns.of(trajectory, consumer="reward brevity").turns  # the reward: 3
+
+    A trajectory from another environment fails with ``reward brevity needs Turns from
+    environment my_agent on every trajectory; the trajectory of example 'q1' (group 0) has
+    SearchEpisode from environment search_agent``.
+    """
+
+    #: The registered name of the environment that writes it ("" for a base type).
+    producer: ClassVar[str] = ""
+
+    @classmethod
+    def of(cls: type[C], item: Trajectory | Example, consumer: str) -> C:
+        """The ``cls`` that ``item`` carries; an error naming ``consumer`` (e.g. ``"reward
+        r2ag"``) and the producer when it carries none or another type."""
+        found = cls.find(item, consumer)
+        if found is None:
+            raise InputError(cls._mismatch(item, consumer))
+        return found
+
+    @classmethod
+    def find(cls: type[C], item: Trajectory | Example, consumer: str) -> C | None:
+        """The ``cls`` that ``item`` carries, or None when it carries none or another
+        environment's contract (a reader that can do without, e.g. DPO without branches); an
+        error when what it carries is not a contract at all."""
+        value = item.contract
+        if value is None or isinstance(value, cls):
+            return value
+        if isinstance(value, Contract):
+            return None
+        raise InputError(cls._mismatch(item, consumer, needed=False))
+
+    @classmethod
+    def _mismatch(cls, item: Trajectory | Example, consumer: str, needed: bool = True) -> str:
+        value = item.contract
+        if value is None:
+            named = isinstance(item, Trajectory) and item.environment
+            maker = f"environment {item.environment}" if named else "its environment"
+            has = f"none ({maker} hands no {cls.__name__})"
+        elif isinstance(value, Contract):
+            source = f" from environment {value.producer}" if value.producer else ""
+            has = f"{type(value).__name__}{source}"
+        else:
+            has = f"a {type(value).__name__}, which is not a Contract"
+        kind = "trajectory" if isinstance(item, Trajectory) else "example"
+        where = (
+            f"the trajectory of example {item.example.id!r} (group {item.group})"
+            if isinstance(item, Trajectory)
+            else f"example {item.id!r}"
+        )
+        source = f" from environment {cls.producer}" if cls.producer else ""
+        wants = f"needs {cls.__name__}{source} on every" if needed else f"reads {cls.__name__} on a"
+        return f"{consumer} {wants} {kind}; {where} has {has}"
+
+    def key(self) -> Any:
+        """What tells two contexts of one question apart in a pool that keeps one of each (the
+        RR-Forest's); default: nothing (one context per question)."""
+        return ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types for a checkpoint: the class's import path and its fields
+        (:meth:`from_dict` reads it back)."""
+        return {
+            "type": f"{type(self).__module__}:{type(self).__qualname__}",
+            "fields": asdict(self),
+        }
+
+    @staticmethod
+    def from_dict(row: dict[str, Any]) -> Contract:
+        """The contract :meth:`to_dict` wrote. Its type must be one this run's plugins define
+        (already imported): a checkpoint is data, and nothing read from it chooses code to
+        import."""
+        name = str(row.get("type", ""))
+        known = {f"{c.__module__}:{c.__qualname__}": c for c in _subclasses(Contract)}
+        if name not in known:
+            raise InputError(
+                f"checkpoint: contract type {name!r} is not one this run's plugins define; "
+                f"known: {', '.join(sorted(known)) or 'none'}"
+            )
+        return known[name](**row.get("fields", {}))
+
+
+def _subclasses(cls: type) -> list[type]:
+    """Every subclass of ``cls`` defined so far, at any depth."""
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 @dataclass(unsafe_hash=True)
@@ -42,6 +155,8 @@ class Example:
         references: Reference paragraphs in their original order; empty for retrieval methods.
         gold_ids: Ids of the references (or corpus passages) that support the answer.
         meta: Anything else the source carries (type, level, hops, ...).
+        contract: The state an environment resumes from, when an environment made this
+            example (R2AG's pruned tree, ``R2AGTree``); None for a dataset's example.
     """
 
     id: str
@@ -50,6 +165,7 @@ class Example:
     references: list[Passage] = field(default_factory=list)
     gold_ids: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    contract: Contract | None = None
 
 
 @dataclass
@@ -89,7 +205,11 @@ class Trajectory:
         steps: The actions taken, in order.
         truncated: True when generation stopped at the token budget rather than on its own.
         prompt_text: The prompt as text.
-        meta: Anything else the environment records (e.g. ``stop_reason``).
+        meta: Free-form: users' own keys (nothing lit-rag reads).
+        contract: What the environment hands rewards and algorithms (a :class:`Contract`,
+            e.g. R2AG's ``R2AGEpisode``); None when it hands nothing beyond the fields above.
+        environment: The registered name of the environment that made it (named in a
+            contract's error); "" when unknown.
     """
 
     example: Example
@@ -103,6 +223,8 @@ class Trajectory:
     truncated: bool = False
     prompt_text: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    contract: Contract | None = None
+    environment: str = ""
 
     @property
     def num_generated(self) -> int:
@@ -129,3 +251,19 @@ class RewardBreakdown:
 
     total: torch.Tensor
     components: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Branch(Contract):
+    """One sibling branch: trajectories that share a state and differ in the action taken
+    there, which preference pairs compare (DPO, EVO-RAG's reward model). An environment that
+    rolls out siblings hands a subclass (EVO-RAG's ``EvoRagBranch``); readers :meth:`find` it
+    and, on a trajectory without one, take its prompt group as the state.
+
+    Args:
+        state: Names the shared state (siblings have the same).
+        step: Index in ``Trajectory.steps`` of the action taken at that state.
+    """
+
+    state: str
+    step: int = 0

@@ -1,12 +1,14 @@
-"""``CurriculumCallback``: EVO-RAG's two-stage curriculum (evo_rag.txt Sections 3.5, 3.7).
+"""``CurriculumCallback``: a staged curriculum, as EVO-RAG's two stages (evo_rag.txt Sections
+3.5, 3.7).
 
-Named stages run in order (Discovery, then Refinement). A stage ends after a number of
+Named stages run in order (the reward's own, EVO-RAG's Discovery then Refinement, unless the
+recipe names them). A stage ends after a number of
 optimizer steps or epochs, or when a monitored validation metric has not improved for
 ``patience`` validations (the paper stops "if HotpotQA dev EM stalls for two cycles"). On a
 switch the callback
 
 - tells the :class:`~lit_rag.callbacks.RewardWeightScheduler` (or the reward itself) the new
-  stage, so the weight anchors of Table 1 change;
+  stage, so the reward's weight anchors change (EVO-RAG: Table 1's);
 - optionally reloads the best checkpoint of the finished stage (``reload_best``: the weights
   with the best monitored value, from the run's ``ModelCheckpoint``);
 - logs ``curriculum/stage`` (the stage's index) every step.
@@ -27,7 +29,7 @@ class CurriculumCallback(Callback):
     """Moves through named stages on a step / epoch count or a plateau.
 
     Args:
-        stages: Stage names, in order.
+        stages: Stage names, in order; ``None``: the reward's ``stages``.
         switch_after_steps: Optimizer steps per stage (all but the last), or None.
         switch_after_epochs: Epochs per stage (all but the last), or None.
         monitor: Validation metric that decides plateaus (e.g. ``val/em``), or None.
@@ -40,7 +42,7 @@ class CurriculumCallback(Callback):
 
     def __init__(
         self,
-        stages: list[str] = ["discovery", "refinement"],  # noqa: B006 - copied below; a list reads best in YAML
+        stages: list[str] | None = None,
         switch_after_steps: int | None = None,
         switch_after_epochs: int | None = None,
         monitor: str | None = None,
@@ -50,7 +52,7 @@ class CurriculumCallback(Callback):
         reload_best: bool = False,
         stop_on_final_plateau: bool = True,
     ) -> None:
-        if not stages:
+        if stages is not None and not stages:
             raise ValueError("CurriculumCallback needs at least one stage")
         if mode not in ("max", "min"):
             raise ValueError(f"CurriculumCallback mode must be max or min, got '{mode}'")
@@ -58,7 +60,7 @@ class CurriculumCallback(Callback):
             raise ValueError(
                 "CurriculumCallback needs switch_after_steps, switch_after_epochs or monitor"
             )
-        self.stages = list(stages)
+        self.stages = list(stages) if stages is not None else None
         self.switch_after_steps, self.switch_after_epochs = switch_after_steps, switch_after_epochs
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
         self.reload_best, self.stop_on_final_plateau = reload_best, stop_on_final_plateau
@@ -105,12 +107,20 @@ class CurriculumCallback(Callback):
         state = torch.load(paths[0], map_location="cpu", weights_only=True)["state_dict"]
         pl_module.load_state_dict(state, strict=False)
         engine = getattr(pl_module, "engine", None)
-        if (
-            engine is not None
-        ):  # an engine with its own copy (vllm) samples from the reloaded weights
+        # an engine with its own copy (vllm) samples from the reloaded weights
+        if engine is not None:
             engine.sync_weights()
 
     # ---- hooks ------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.stages is None:
+            self.stages = list(pl_module.reward.stages)
+            if not self.stages:
+                raise ValueError(
+                    f"CurriculumCallback needs stages: the recipe's or the reward's, and "
+                    f"{type(pl_module.reward).__name__} declares none"
+                )
+
     def on_train_start(self, trainer, pl_module) -> None:
         self._apply_stage(trainer, pl_module)
 

@@ -65,8 +65,8 @@ class ProgressiveForest(Callback):
             return
         trajectories = step.trajectories
         if not self.include_refills:
-            # the batch's prompts are groups 0..len(batch)-1; PolicyModule._refill numbers the
-            # refilled groups after them
+            # the batch's prompts are groups 0..len(batch)-1; the refill
+            # (lit_rag.modules.refill) numbers the refilled groups after them
             trajectories = [t for t in trajectories if t.group < len(batch)]
         datamodule = self._datamodule(trainer)
         self.added += datamodule.add_contexts(pl_module.environment.next_contexts(trajectories))

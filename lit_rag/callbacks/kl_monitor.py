@@ -49,9 +49,8 @@ class KLMonitor(Callback):
         self.above = 0
         self.history: list[tuple[float, float]] = []
         self.beta: float | None = None  # the adapted beta (None until the first adaptation)
-        self._restored_beta: float | None = (
-            None  # from a checkpoint, set on the algorithm at train start
-        )
+        # from a checkpoint, set on the algorithm at train start
+        self._restored_beta: float | None = None
 
     def global_kl(
         self, pl_module: LightningModule, step: StepOutput | None
@@ -105,9 +104,8 @@ class KLMonitor(Callback):
                 )
                 trainer.should_stop = True
         algorithm = pl_module.algorithm
-        if (
-            self.target is not None and algorithm.kl_coef is not None
-        ):  # the algorithm declares a KL coefficient
+        # the algorithm declares a KL coefficient
+        if self.target is not None and algorithm.kl_coef is not None:
             error = max(-0.2, min(0.2, mean / self.target - 1.0))
             algorithm.kl_coef = min(
                 self.max_beta, max(self.min_beta, algorithm.kl_coef * (1 + self.adapt_rate * error))

@@ -1,49 +1,56 @@
-"""``RewardWeightScheduler``: EVO-RAG's time-based reward weights (evo_rag.txt Section 3.6).
+"""``RewardWeightScheduler``: a time-weighted reward's anchors follow the curriculum stage
+(EVO-RAG, evo_rag.txt Section 3.6).
 
-Inside every episode the reward interpolates ``w_k(t) = (1 - p) w_k^early + p w_k^late`` with
-``p = t / T_max``; the (early, late) anchors depend on the curriculum stage: Table 1's start ->
-mid for Discovery, mid -> end for Refinement (any ``table`` from the recipe replaces Table 1).
-This callback owns the table and the stage and pushes the anchors to the reward; a curriculum
-callback changes the stage with :meth:`set_stage`.
+Inside every episode a time-weighted reward interpolates ``w_k(t) = (1 - p) w_k^early +
+p w_k^late`` with ``p = t / T_max``; which (early, late) anchors a stage uses is the reward's
+own table (EVO-RAG's Table 1: start -> mid for Discovery, mid -> end for Refinement) unless the
+recipe gives ``table``. This callback holds the stage and pushes it to the reward; a curriculum
+callback changes the stage with :meth:`set_stage`. The callback knows no method's numbers.
 """
 
 from __future__ import annotations
 
 from lightning.pytorch import Callback
 
-from lit_rag.plugins.rewards.evo_rag import TABLE_1, stage_anchors
-
 
 class RewardWeightScheduler(Callback):
-    """Keeps the reward's weight anchors on the current stage's row of a (start, mid, end) table.
+    """Keeps a time-weighted reward's weight anchors on the current stage's row of its table.
 
     Args:
-        table: Component -> [start, mid, end]; Table 1 of the paper by default.
-        stage: Stage at the start of training, ``discovery`` or ``refinement``.
+        table: Component -> anchor row (EVO-RAG: [start, mid, end]) replacing the reward's own
+            table; ``None``: the reward's (EVO-RAG: Table 1).
+        stage: Stage at the start of training; ``None``: the reward's first stage.
     """
 
     def __init__(
-        self, table: dict[str, list[float]] | None = None, stage: str = "discovery"
+        self, table: dict[str, list[float]] | None = None, stage: str | None = None
     ) -> None:
-        self.table = {k: tuple(float(x) for x in v) for k, v in (table or TABLE_1).items()}
-        bad = [k for k, v in self.table.items() if len(v) != 3]
-        if bad:
-            raise ValueError(f"RewardWeightScheduler table rows need [start, mid, end]; bad: {bad}")
-        stage_anchors(stage, self.table)  # validates the stage name
+        self.table = None
+        if table is not None:
+            self.table = {k: tuple(float(x) for x in v) for k, v in table.items()}
+            widths = {len(v) for v in self.table.values()}
+            if len(widths) != 1 or min(widths) < 2:
+                raise ValueError(
+                    "RewardWeightScheduler table rows need one length of at least 2 anchors "
+                    f"(EVO-RAG: [start, mid, end]); got {table}"
+                )
         self.stage = stage
 
     def set_stage(self, pl_module, stage: str) -> None:
-        early, late = stage_anchors(stage, self.table)
-        self.stage = stage
         reward = pl_module.reward
         if not reward.time_weighted:
             raise ValueError(
-                "RewardWeightScheduler needs a reward with time-dependent weights (evo_rag)"
+                f"RewardWeightScheduler needs a reward with time-dependent weights (evo_rag); "
+                f"{type(reward).__name__} has none"
             )
-        reward.set_anchors(early, late)
+        if self.table is None:
+            reward.set_stage(stage)
+        else:
+            reward.set_stage(stage, table=self.table)
+        self.stage = stage
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.set_stage(pl_module, self.stage)
+        self.set_stage(pl_module, self.stage or pl_module.reward.stages[0])
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         reward = pl_module.reward

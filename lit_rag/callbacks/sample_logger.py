@@ -104,9 +104,8 @@ class RolloutSampleLogger(Callback):
                         for s in t.steps
                     ]
                 segments = completion_segments(t, getattr(pl_module, "tokenizer", None))
-                if (
-                    segments is not None
-                ):  # multi-turn: inserted documents apart from the policy's text
+                # multi-turn: inserted documents apart from the policy's text
+                if segments is not None:
                     row["segments"] = segments
                 if self.include_prompt:
                     row["prompt"] = t.prompt_text

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from lit_rag.data.readers import FORMATS, DatasetFormatError, read_examples
 from lit_rag.data.synthetic import SyntheticWorld
 from lit_rag.errors import InputError
-from lit_rag.types import Example, Passage
+from lit_rag.types import Contract, Example, Passage
 
 SYNTHETIC = "synthetic"
 DEFAULT_BATCH = 8  # examples per process when neither batch size is set
@@ -135,8 +135,21 @@ class ResumableLoader:
         self._resume = True
 
 
+def _example_to_dict(example: Example) -> dict[str, Any]:
+    """Plain types for a checkpoint; an environment's context keeps its type (``to_dict``)."""
+    contract = None if example.contract is None else example.contract.to_dict()
+    return {**asdict(example), "contract": contract}
+
+
 def _example_from_dict(row: dict[str, Any]) -> Example:
-    return Example(**{**row, "references": [Passage(**p) for p in row.get("references", [])]})
+    contract = row.get("contract")
+    return Example(
+        **{
+            **row,
+            "references": [Passage(**p) for p in row.get("references", [])],
+            "contract": None if contract is None else Contract.from_dict(contract),
+        }
+    )
 
 
 def limit_references(example: Example, max_references: int | None) -> Example:
@@ -190,6 +203,9 @@ class QADataModule(L.LightningDataModule):
             this or batch_size, not both.
         val_batch_size: Examples per validation/test batch in each process (default: the
             per-process training batch).
+        global_val_batch_size: Examples per validation/test batch over all processes (a
+            paper's stated validation batch): each of N processes takes
+            global_val_batch_size / N. Set this or val_batch_size, not both.
         shuffle: Shuffle the training examples each epoch.
         seed: Seed of the training order.
         forest: R2AG's progressive iterative training (r2ag.md Algorithm 1): epoch ``j`` trains
@@ -213,13 +229,18 @@ class QADataModule(L.LightningDataModule):
         batch_size: int | None = None,
         global_batch_size: int | None = None,
         val_batch_size: int | None = None,
+        global_val_batch_size: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         forest: bool = False,
     ) -> None:
         super().__init__()
         self._check_args(
-            num_train, num_val, max_references, batch_size, global_batch_size, val_batch_size
+            num_train,
+            num_val,
+            max_references,
+            (batch_size, global_batch_size),
+            (val_batch_size, global_val_batch_size),
         )
         if format not in FORMATS:
             raise ValueError(f"data.format must be one of {', '.join(FORMATS)}; got '{format}'")
@@ -240,6 +261,7 @@ class QADataModule(L.LightningDataModule):
         # the per-process setting (None when the global one is set: process_batch_size splits it)
         self.batch_size = batch_size or (None if global_batch_size else DEFAULT_BATCH)
         self._val_batch_size = val_batch_size
+        self.global_val_batch_size = global_val_batch_size
         self.shuffle = shuffle
         self.seed = seed
         self._world: SyntheticWorld | None = None
@@ -254,26 +276,28 @@ class QADataModule(L.LightningDataModule):
         num_train: int | None,
         num_val: int | None,
         max_references: int | None,
-        batch_size: int | None,
-        global_batch_size: int | None,
-        val_batch_size: int | None,
+        train_batch: tuple[int | None, int | None],
+        val_batch: tuple[int | None, int | None],
     ) -> None:
+        """``train_batch``, ``val_batch``: (per process, over all processes)."""
         for key, value in (
             ("num_train", num_train),
             ("num_val", num_val),
             ("max_references", max_references),
-            ("val_batch_size", val_batch_size),
-            ("batch_size", batch_size),
-            ("global_batch_size", global_batch_size),
+            ("val_batch_size", val_batch[0]),
+            ("global_val_batch_size", val_batch[1]),
+            ("batch_size", train_batch[0]),
+            ("global_batch_size", train_batch[1]),
         ):
             if value is not None and value < 1:
                 raise ValueError(f"data.{key} must be >= 1 or null; got {value}")
-        if batch_size is not None and global_batch_size is not None:
-            raise ValueError(
-                f"data.batch_size ({batch_size}, per process) and data.global_batch_size "
-                f"({global_batch_size}, over all processes) are both set; set one of them "
-                "(e.g. --data.batch_size=null)"
-            )
+        for prefix, (local, total) in (("", train_batch), ("val_", val_batch)):
+            if local is not None and total is not None:
+                raise ValueError(
+                    f"data.{prefix}batch_size ({local}, per process) and "
+                    f"data.global_{prefix}batch_size ({total}, over all processes) are both "
+                    f"set; set one of them (e.g. --data.{prefix}batch_size=null)"
+                )
 
     def process_batch_size(self, world_size: int) -> int:
         """Examples per training batch in each of ``world_size`` processes: ``batch_size``, or
@@ -285,15 +309,7 @@ class QADataModule(L.LightningDataModule):
         """
         if self.global_batch_size is None:
             return self.batch_size
-        size = self.global_batch_size
-        if size % world_size:
-            fits = ", ".join(str(n) for n in range(1, min(size, 64) + 1) if size % n == 0)
-            raise InputError(
-                f"data.global_batch_size {size} cannot be split over {world_size} processes "
-                f"(devices x nodes); process counts that divide it: {fits}; or set "
-                "data.batch_size (per process)"
-            )
-        return size // world_size
+        return _split(self.global_batch_size, world_size, "")
 
     @property
     def val_batch_size(self) -> int:
@@ -301,6 +317,8 @@ class QADataModule(L.LightningDataModule):
         if self._val_batch_size is not None:
             return self._val_batch_size
         world = self.trainer.world_size if self.trainer is not None else 1
+        if self.global_val_batch_size is not None:
+            return _split(self.global_val_batch_size, world, "val_")
         return self.process_batch_size(world)
 
     # ------------------------------------------------------------------ loading
@@ -400,11 +418,11 @@ class QADataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ the RR-Forest
 
     def add_contexts(self, examples: list[Example]) -> int:
-        """Add pruned trees to the next iteration's pool (one per question and set of retrieved
-        gold ids); returns how many were new."""
+        """Add pruned trees to the next iteration's pool (one per question and context
+        ``key()``: R2AG's set of retrieved gold ids); returns how many were new."""
         added = 0
         for ex in examples:
-            key = (ex.id, tuple(sorted(ex.meta.get("r2ag", {}).get("retrieved", []))))
+            key = (ex.id, () if ex.contract is None else ex.contract.key())
             if key not in self.next:
                 self.next[key] = ex
                 added += 1
@@ -419,8 +437,8 @@ class QADataModule(L.LightningDataModule):
             return {}
         return {
             "iteration": self.iteration,
-            "current": [asdict(e) for e in self.current],
-            "next": [asdict(e) for e in self.next.values()],
+            "current": [_example_to_dict(e) for e in self.current],
+            "next": [_example_to_dict(e) for e in self.next.values()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -471,3 +489,16 @@ class QADataModule(L.LightningDataModule):
         """Batches of test examples in file order (``[]`` when there are none)."""
         examples = self.test_examples()
         return self._eval_loader(examples) if examples else []
+
+
+def _split(size: int, world_size: int, prefix: str) -> int:
+    """``data.global_<prefix>batch_size`` over ``world_size`` processes; an error naming the
+    process counts that divide it."""
+    if size % world_size:
+        fits = ", ".join(str(n) for n in range(1, min(size, 64) + 1) if size % n == 0)
+        raise InputError(
+            f"data.global_{prefix}batch_size {size} cannot be split over {world_size} processes "
+            f"(devices x nodes); process counts that divide it: {fits}; or set "
+            f"data.{prefix}batch_size (per process)"
+        )
+    return size // world_size

@@ -275,7 +275,7 @@ class SyntheticWorld:
             self._add("occupation", person, rng.choice(_OCCUPATIONS))
             self._add("born_in", person, rng.choice(self.cities))
         founders = rng.sample(self.people, len(self.orgs))
-        for org, founder in zip(self.orgs, founders):
+        for org, founder in zip(self.orgs, founders, strict=True):
             self._add("founded", founder, org)
             self._add("headquartered_in", org, rng.choice(self.cities))
             self._add("founded_in", org, str(rng.randint(1820, 1990)))
@@ -289,7 +289,8 @@ class SyntheticWorld:
                 self._add("works_for", person, rng.choice(self.orgs))
         singles = [p for p in self.people if rng.random() < married_fraction]
         rng.shuffle(singles)
-        for a, b in zip(singles[0::2], singles[1::2]):
+        # an odd one out stays single
+        for a, b in zip(singles[0::2], singles[1::2], strict=False):
             self._add("married_to", a, b)
 
     def _add(self, relation: str, subject: str, obj: str) -> None:

@@ -1,7 +1,8 @@
 """Answer metrics as torchmetrics ``Metric``s: normalized EM and token F1 (ARENA Appendix C).
 
 Paper: EM and F1 on normalized answers, best over the gold aliases, averaged over the
-evaluation set. We reuse the reward functions in :mod:`lit_rag.plugins.rewards.qa`, so the
+evaluation set. The scores are :func:`lit_rag.text.exact_match` and :func:`lit_rag.text.f1_score`,
+the functions the EM and F1 rewards (:mod:`lit_rag.plugins.rewards.qa`) score with, so the
 training reward and the reported metric cannot drift apart. States are a running sum and a
 count, both summed across processes, so the mean is exact under DDP however the data is split.
 """
@@ -29,9 +30,8 @@ class _MeanAnswerScore(Metric):
 
     def __init__(self, punctuation: str = "delete", **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.punctuation = (
-            punctuation  # ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release)
-        )
+        # ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release)
+        self.punctuation = punctuation
         self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -46,7 +46,7 @@ class _MeanAnswerScore(Metric):
             raise ValueError(f"preds: got {len(preds)} prediction(s) for {len(targets)} target(s)")
         scores = [
             self.score_fn(p, [t] if isinstance(t, str) else list(t), self.punctuation)
-            for p, t in zip(preds, targets)
+            for p, t in zip(preds, targets, strict=True)
         ]
         self.total += sum(scores)
         self.count += len(scores)

@@ -87,7 +87,9 @@ class _MeanQueryScore(Metric):
                 f"retrieved_ids: got {len(retrieved_ids)} ranking(s) "
                 f"for {len(gold_ids)} gold list(s)"
             )
-        scores = [self.score(list(r), list(g)) for r, g in zip(retrieved_ids, gold_ids)]
+        scores = [
+            self.score(list(r), list(g)) for r, g in zip(retrieved_ids, gold_ids, strict=True)
+        ]
         self.total += sum(scores)
         self.count += len(scores)
 

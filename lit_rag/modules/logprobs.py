@@ -131,27 +131,10 @@ def packed_logprobs(
                 packed.attention_mask, getattr(base.config, "_attn_implementation", None)
             )
         }
-    softcap = getattr(base.config, "final_logit_softcapping", None)
-    rows, positions = packed.sources[:, 0], packed.sources[:, 1]
     if through_forward:
-        keep = torch.unique(positions)  # sorted
-        logits = model(
-            input_ids=packed.input_ids,
-            position_ids=packed.position_ids,
-            use_cache=False,
-            logits_to_keep=keep,
-            **inputs,
-        ).logits  # [R, K, V]
-        # (the model's forward applies its own logit soft-capping)
-        picked_logits = logits[
-            rows, torch.searchsorted(keep, positions.contiguous())
-        ].float()  # [T, V]
-        if temperature != 1.0:
-            picked_logits = picked_logits / temperature
-        values = picked_logits.gather(-1, packed.targets.unsqueeze(-1)).squeeze(
-            -1
-        ) - torch.logsumexp(picked_logits, -1)
+        values = _forward_picked_logprobs(model, packed, inputs, temperature)
     else:
+        rows, positions = packed.sources[:, 0], packed.sources[:, 1]
         hidden = base.get_decoder()(
             input_ids=packed.input_ids,
             position_ids=packed.position_ids,
@@ -163,11 +146,33 @@ def packed_logprobs(
             hidden[rows, positions],
             packed.targets,
             temperature,
-            softcap,
+            getattr(base.config, "final_logit_softcapping", None),
             chunk_tokens,
         )
     out = torch.zeros(packed.rows * packed.width, dtype=values.dtype, device=values.device)
     return out.index_copy(0, packed.slots, values).view(packed.rows, packed.width)
+
+
+def _forward_picked_logprobs(
+    model: torch.nn.Module, packed: Packed, inputs: dict, temperature: float
+) -> torch.Tensor:
+    """``[T]`` log-probs of a packed micro-batch's completion tokens through the model's own
+    forward, keeping the logits of the predicting positions only (the forward applies its own
+    logit soft-capping)."""
+    rows, positions = packed.sources[:, 0], packed.sources[:, 1]
+    keep = torch.unique(positions)  # sorted
+    logits = model(
+        input_ids=packed.input_ids,
+        position_ids=packed.position_ids,
+        use_cache=False,
+        logits_to_keep=keep,
+        **inputs,
+    ).logits  # [R, K, V]
+    picked = logits[rows, torch.searchsorted(keep, positions.contiguous())].float()  # [T, V]
+    if temperature != 1.0:
+        picked = picked / temperature
+    chosen = picked.gather(-1, packed.targets.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(picked, -1)
 
 
 def root_forward_logprobs(
@@ -185,6 +190,7 @@ def root_forward_logprobs(
     chunked: the price of sharding).
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    # position t predicts token t + 1: [B, C, V]
     logits = (
         model(
             input_ids=input_ids,
@@ -195,7 +201,7 @@ def root_forward_logprobs(
         )
         .logits[:, :-1]
         .float()
-    )  # position t predicts token t + 1: [B, C, V]
+    )
     if temperature != 1.0:
         logits = logits / temperature
     targets = input_ids[:, -completion_length:]

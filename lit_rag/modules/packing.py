@@ -92,7 +92,7 @@ def block_mask(layout: Layout, span: int, device: torch.device | str = "cpu") ->
         .unsqueeze(0)
         .repeat(len(layout.prompts), 1, 1)
     )
-    for r, (p, segments) in enumerate(zip(layout.prompts, layout.completions)):
+    for r, (p, segments) in enumerate(zip(layout.prompts, layout.completions, strict=True)):
         allowed[r, :p, :p] = torch.ones(p, p, dtype=torch.bool, device=device).tril()
         for start, c in segments:
             allowed[r, start : start + c, :p] = True
@@ -111,9 +111,9 @@ def split_rows(
     prompt_width = input_ids.shape[1] - width
     ids, mask = input_ids.tolist(), attention_mask.bool().tolist()
     out = []
-    for row, keep in zip(ids, mask):
-        prompt = tuple(t for t, m in zip(row[:prompt_width], keep[:prompt_width]) if m)
-        completion = [t for t, m in zip(row[prompt_width:], keep[prompt_width:]) if m]
+    for row, keep in zip(ids, mask, strict=True):
+        prompt = tuple(t for t, m in zip(row[:prompt_width], keep[:prompt_width], strict=True) if m)
+        completion = [t for t, m in zip(row[prompt_width:], keep[prompt_width:], strict=True) if m]
         out.append((prompt, completion))
     return out
 

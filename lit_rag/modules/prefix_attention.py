@@ -137,37 +137,41 @@ def prefix_sdpa(
         )
     _, heads, length, dim = query.shape
     rows = []
-    for r, (p, segments) in enumerate(zip(shared_prefix.prompts, shared_prefix.completions)):
+    for r, (p, segments) in enumerate(
+        zip(shared_prefix.prompts, shared_prefix.completions, strict=True)
+    ):
         q, k, v = query[r : r + 1], key[r : r + 1], value[r : r + 1]
-        pieces = [
-            _sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]
-        ]  # [p, H, D]
+        # the prompt attends causally to itself: [p, H, D]
+        pieces = [_sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], None, dropout, scaling, True)[0]]
         if segments:
-            n, width = len(segments), max(c for _, c in segments)
-            keys = torch.cat(
-                [k[:, :, :p].expand(n, -1, -1, -1), _each(k, segments, width)], 2
-            )  # [n, H_kv, p + width, D]
-            values = torch.cat([v[:, :, :p].expand(n, -1, -1, -1), _each(v, segments, width)], 2)
-            lengths = torch.tensor([c for _, c in segments], device=query.device)
-            own = torch.ones(
-                width, width, dtype=torch.bool, device=query.device
-            ).tril()  # [width, width]
-            real = (
-                torch.arange(width, device=query.device) < lengths[:, None]
-            )  # [n, width] key is a token
-            allowed = torch.cat(
-                [
-                    torch.ones(n, width, p, dtype=torch.bool, device=query.device),
-                    own & real[:, None, :],
-                ],
-                2,
-            ).unsqueeze(1)  # [n, 1, width, p + width]
-            out = _sdpa(
-                _each(q, segments, width), keys, values, allowed, dropout, scaling, False
-            )  # [n, width, H, D]
-            pieces += [out[j, :c] for j, (_, c) in enumerate(segments)]
+            pieces += _completions(q, k, v, p, segments, dropout, scaling)
         used = p + sum(c for _, c in segments)
         if used < length:  # padding of the micro-batch: attends nowhere, read by nothing
             pieces.append(query.new_zeros(length - used, heads, dim))
         rows.append(torch.cat(pieces))
     return torch.stack(rows), None
+
+
+def _completions(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    p: int,
+    segments: tuple[tuple[int, int], ...],
+    dropout: float,
+    scaling: float | None,
+) -> list[torch.Tensor]:
+    """Each completion of one packed row attending to the row's prompt (its first ``p``
+    positions) and causally to itself: one ``[c, H, D]`` per segment."""
+    n, width = len(segments), max(c for _, c in segments)
+    device = q.device
+    # [n, H_kv, p + width, D]
+    keys = torch.cat([k[:, :, :p].expand(n, -1, -1, -1), _each(k, segments, width)], 2)
+    values = torch.cat([v[:, :, :p].expand(n, -1, -1, -1), _each(v, segments, width)], 2)
+    lengths = torch.tensor([c for _, c in segments], device=device)
+    own = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # [width, width]
+    real = torch.arange(width, device=device) < lengths[:, None]  # [n, width] key is a token
+    prompt = torch.ones(n, width, p, dtype=torch.bool, device=device)
+    allowed = torch.cat([prompt, own & real[:, None, :]], 2).unsqueeze(1)  # [n, 1, width, p+width]
+    out = _sdpa(_each(q, segments, width), keys, values, allowed, dropout, scaling, False)
+    return [out[j, :c] for j, (_, c) in enumerate(segments)]  # out: [n, width, H, D]

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
-from lit_rag.types import RewardBreakdown, Trajectory
+from lit_rag.types import Branch, RewardBreakdown, Trajectory
 
 POOLING = ("mean", "last")
 OBJECTIVES = ("overall", "per_component")
@@ -95,7 +95,8 @@ def trajectory_text(trajectory: Trajectory, view: str = "prefix") -> str:
     documents) and the action taken at that state, ``x = (s_t, a_t)``: what siblings differ in.
     ``branch``: the same, then every later step of the branch (its outcome; not the paper's).
     """
-    start = int(trajectory.meta.get("branch_step", 0))
+    branch = Branch.find(trajectory, "the EVO-RAG reward model")
+    start = 0 if branch is None else branch.step
     steps = trajectory.steps[start : start + 1] if view == "prefix" else trajectory.steps[start:]
     return f"{trajectory.prompt_text}\n" + "\n".join(_step_text(s) for s in steps)
 
@@ -106,9 +107,9 @@ def sibling_pairs(
     threshold: float = 0.3,
     view: str = "prefix",
 ) -> list[dict]:
-    """Reward-model pairs (Section 3.3): every ordered pair of siblings at one state (same
-    ``meta["state"]``) that took different actions there and whose weighted returns differ by at
-    least ``threshold`` (Delta = 0.3).
+    """Reward-model pairs (Section 3.3): every ordered pair of siblings at one state (the same
+    :class:`~lit_rag.types.Branch` state, else the same prompt group) that took different
+    actions there and whose weighted returns differ by at least ``threshold`` (Delta = 0.3).
 
     Each row has ``chosen`` / ``rejected`` texts (:func:`trajectory_text` with ``view``),
     ``margin`` (the return gap), ``signs`` (per component, +1 when the chosen branch's summed
@@ -122,7 +123,8 @@ def sibling_pairs(
     ]
     states: dict[tuple[str, object], list[int]] = {}
     for i, t in enumerate(trajectories):
-        states.setdefault((t.example.id, t.meta.get("state", t.group)), []).append(i)
+        branch = Branch.find(t, "the EVO-RAG reward model")
+        states.setdefault((t.example.id, t.group if branch is None else branch.state), []).append(i)
     rows = []
     for members in states.values():
         for a in members:
@@ -289,9 +291,8 @@ class RewardModelModule(L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.AdamW(self.heads.parameters(), lr=self.lr)
 
-    def on_save_checkpoint(
-        self, checkpoint: dict
-    ) -> None:  # heads only: the encoder reloads from its path
+    # heads only: the encoder reloads from its path
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["state_dict"] = {
             k: v for k, v in checkpoint["state_dict"].items() if k.startswith("heads.")
         }

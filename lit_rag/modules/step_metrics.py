@@ -1,5 +1,6 @@
 """What a training step measures besides its losses: the time of each named part of the update,
-the trainer / engine log-prob mismatch, and the process's memory (used by ``PolicyModule``)."""
+the trainer / engine log-prob mismatch, the process's memory, and a rollout's rewards and lengths
+(used by ``PolicyModule``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import time
 from collections.abc import Iterator
 
 import torch
+
+from lit_rag.types import RewardBreakdown, Trajectory
 
 
 class Clock:
@@ -72,4 +75,27 @@ def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
         pass
     if device.type == "cuda":
         metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
+    return metrics
+
+
+def rollout_metrics(
+    trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str, environment
+) -> dict:
+    """Mean reward (total and per component; a step-level reward's return), completion length,
+    truncated fraction and the environment's own metrics of a rollout."""
+    lengths = torch.tensor([float(t.num_generated) for t in trajectories])
+
+    def per_trajectory(values: torch.Tensor) -> torch.Tensor:  # step-level [N, T]: the return
+        return values.float().sum(-1) if values.dim() == 2 else values.float()
+
+    metrics = {f"{prefix}/total": per_trajectory(rewards.total).mean()}
+    for name, values in rewards.components.items():
+        metrics[f"{prefix}/{name}"] = per_trajectory(values).mean()
+    head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
+    metrics[f"{head}/completion_length"] = lengths.mean()
+    metrics[f"{head}/truncated_fraction"] = torch.tensor(
+        [float(t.truncated) for t in trajectories]
+    ).mean()
+    for name, value in environment.metrics(trajectories).items():
+        metrics[f"{head}/{name}"] = value
     return metrics

@@ -35,7 +35,8 @@ PASSAGES_NAME = "passages.jsonl"
 #: files up to this size get a SHA-256 in the manifest (hashed again on load); larger ones
 #: only their byte size, so opening a Wikipedia-scale index does not read every byte twice
 HASH_LIMIT = 64 * 2**20
-_REBUILD = "rebuild the index (lit-rag index build)"
+#: the advice ending every message about a damaged or mismatched index
+REBUILD = "rebuild the index (lit-rag index build)"
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -133,7 +134,7 @@ class Manifest:
                 f"{directory} is not a lit-rag index: it has no {MANIFEST_NAME} "
                 "(build one with lit-rag index build, or Retriever.build + save)"
             )
-        data = _parse_json(path.read_bytes(), path, None, "the manifest")
+        data = parse_json(path.read_bytes(), path, None, "the manifest")
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict):
             raise IndexCorruptError(
@@ -180,17 +181,17 @@ class Manifest:
                     f"{where}: files['{name}'] must be {{\"bytes\": N, ...}}, got {want!r:.60}"
                 )
             if not path.is_file():
-                raise IndexCorruptError(f"{path}: missing; {where} records it: {_REBUILD}")
+                raise IndexCorruptError(f"{path}: missing; {where} records it: {REBUILD}")
             size = path.stat().st_size
             if size != want["bytes"]:
                 raise IndexCorruptError(
                     f"{path}: {size} bytes, but {where} records {want['bytes']} (truncated, or "
-                    f"from another build); {_REBUILD}"
+                    f"from another build); {REBUILD}"
                 )
             if "sha256" in want and _sha256(path) != want["sha256"]:
                 raise IndexCorruptError(
                     f"{path}: content differs from the SHA-256 {where} records (a file from "
-                    f"another build?); {_REBUILD}"
+                    f"another build?); {REBUILD}"
                 )
 
     def read_passages(self, directory: str | Path) -> list[Passage]:
@@ -211,7 +212,7 @@ class Manifest:
         if len(passages) != self.passage_count:
             raise IndexCorruptError(
                 f"{path}: holds {len(passages)} passages but {where} records passage_count="
-                f"{self.passage_count}; the two files come from different builds: {_REBUILD}"
+                f"{self.passage_count}; the two files come from different builds: {REBUILD}"
             )
         if self.corpus_fingerprint:  # "" : a hybrid of children without passages (tests)
             have = corpus_fingerprint(passages)
@@ -219,7 +220,7 @@ class Manifest:
                 raise IndexCorruptError(
                     f"{path}: corpus fingerprint {have[:12]}... differs from {where}'s "
                     f"corpus_fingerprint={self.corpus_fingerprint[:12]}... (passages from "
-                    f"another corpus); {_REBUILD}"
+                    f"another corpus); {REBUILD}"
                 )
         return passages
 
@@ -232,7 +233,7 @@ class Manifest:
         if rows != self.passage_count:
             raise IndexCorruptError(
                 f"{path}: {what} has {rows} rows but the manifest records passage_count="
-                f"{self.passage_count} (a file from another build); {_REBUILD}"
+                f"{self.passage_count} (a file from another build); {REBUILD}"
             )
 
     def check(self, expected: dict[str, Any], where: str | Path | None = None) -> None:
@@ -286,18 +287,18 @@ def _inside(directory: Path, name: str, where: Path) -> Path:
     return directory / name
 
 
-def _parse_json(raw: bytes, path: Path, line: int | None, what: str) -> object:
+def parse_json(raw: bytes, path: Path, line: int | None, what: str) -> object:
     """``raw`` (a file, or line ``line`` of it) as JSON; bytes that are not UTF-8 or not JSON are
     an :class:`IndexCorruptError` naming ``file[:line]`` and ``what`` was damaged."""
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
         where = path if line is None else f"{path}:{line}"
-        raise IndexCorruptError(f"{where}: not UTF-8 text (byte {err.start}); {_REBUILD}") from None
+        raise IndexCorruptError(f"{where}: not UTF-8 text (byte {err.start}); {REBUILD}") from None
     except json.JSONDecodeError as err:
         raise IndexCorruptError(
             f"{path}:{err.lineno if line is None else line}: invalid JSON ({err.msg}); {what} is "
-            f"truncated or damaged: {_REBUILD}"
+            f"truncated or damaged: {REBUILD}"
         ) from None
 
 
@@ -306,17 +307,17 @@ def _read_passage_lines(path: Path) -> list[Passage]:
     from lit_rag.types import Passage
 
     if not path.is_file():
-        raise IndexCorruptError(f"{path}: missing; an index folder holds its passages: {_REBUILD}")
+        raise IndexCorruptError(f"{path}: missing; an index folder holds its passages: {REBUILD}")
     passages: list[Passage] = []
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            row = _parse_json(raw, path, number, "the file")
+            row = parse_json(raw, path, number, "the file")
             if not isinstance(row, dict) or not all(
                 isinstance(row.get(key), str) for key in ("id", "title", "text")
             ):
                 raise IndexCorruptError(
                     f'{path}:{number}: expected {{"id", "title", "text"}} strings, got '
-                    f"{raw[:60].decode('utf-8', 'replace')!r}; {_REBUILD}"
+                    f"{raw[:60].decode('utf-8', 'replace')!r}; {REBUILD}"
                 )
             passages.append(Passage(id=row["id"], title=row["title"], text=row["text"]))
     return passages

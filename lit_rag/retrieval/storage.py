@@ -35,10 +35,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lit_rag.errors import InputError
-from lit_rag.retrieval.base import Retriever
 from lit_rag.retrieval.manifest import MANIFEST_NAME
+
+if TYPE_CHECKING:  # the base imports this module to build a missing index on first search
+    from lit_rag.retrieval.base import Retriever
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,8 @@ class SamplingParams:
         problems = []
         if self.max_new_tokens < 1:
             problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if (
-            self.temperature < 0
-        ):  # 0 is greedy; a negative value used to be taken as greedy silently
+        # 0 is greedy; a negative value used to be taken as greedy silently
+        if self.temperature < 0:
             problems.append(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
@@ -150,10 +149,8 @@ class RolloutEngine(ABC):
         """
         queue = self._take_queue()
         groups: dict[str, list[tuple[int, list[int], SamplingParams]]] = {}
-        for item in queue:
-            groups.setdefault(repr(replace(item[2], max_new_tokens=1)), []).append(
-                item
-            )  # the key: all but the budget
+        for item in queue:  # the key: all sampling settings but the budget
+            groups.setdefault(repr(replace(item[2], max_new_tokens=1)), []).append(item)
         done: list[tuple[int, Generation]] = []
         for items in groups.values():
             widest = replace(items[0][2], max_new_tokens=max(p.max_new_tokens for _, _, p in items))
@@ -165,7 +162,7 @@ class RolloutEngine(ABC):
                     if p.max_new_tokens == widest.max_new_tokens
                     else self._cut(g, p.max_new_tokens),
                 )
-                for (t, _, p), g in zip(items, generations)
+                for (t, _, p), g in zip(items, generations, strict=True)
             )
         return done
 
@@ -190,10 +187,10 @@ class RolloutEngine(ABC):
         it once per rollout, all ranks the same number of times. Nothing by default."""
         yield
 
-    def idle(self) -> None:
+    def idle(self) -> None:  # noqa: B027 (optional hook)
         """A rollout is over (the update comes next): release what generation held."""
 
-    def sync_weights(self) -> None:
+    def sync_weights(self) -> None:  # noqa: B027 (optional hook)
         """Push the policy's new weights to the engine's copy, if it keeps one."""
 
     def metrics(self) -> dict[str, float]:
@@ -205,7 +202,7 @@ class RolloutEngine(ABC):
         """State a resumed run needs (plain types); the checkpoint carries it. None by default."""
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`'s output."""
 
 

@@ -57,7 +57,10 @@ class RankScripted(HFEngine):
         real = super().generate(prompts, params)  # the FSDP forward passes, collectives and all
         self.generate_calls += 1
         rank = dist.get_rank()
-        return [self._scripted(self.tokenizer.decode(p), rank, g) for p, g in zip(prompts, real)]
+        return [
+            self._scripted(self.tokenizer.decode(p), rank, g)
+            for p, g in zip(prompts, real, strict=True)
+        ]
 
     def _scripted(self, prompt: str, rank: int, real: Generation) -> Generation:
         return scripted(self.tokenizer, prompt, rank)
@@ -105,9 +108,9 @@ class Recorder(Callback):
         self.rows.append(
             {
                 "step": trainer.global_step,
-                "turns": [t.meta["turns"] for t in trajectories],
+                "turns": [t.contract.turns for t in trajectories],
                 "searches": [sum(s.action == "search" for s in t.steps) for t in trajectories],
-                "answered": [t.meta["stop_reason"] == "answer" for t in trajectories],
+                "answered": [t.contract.stop_reason == "answer" for t in trajectories],
                 "generate_calls": pl_module.engine.generate_calls,
             }
         )

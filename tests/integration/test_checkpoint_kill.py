@@ -119,7 +119,7 @@ def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
     link)."""
     from lightning.pytorch import Trainer
 
-    saves = {"n": 0, "links": 0}
+    saves = {"n": 0}
     real_save = Trainer.save_checkpoint
 
     def save_checkpoint(self, *args, **kwargs):
@@ -138,49 +138,63 @@ def _arm(ckpt_dir: Path, kill: str, save_index: int) -> None:
         )
 
     if kill.startswith("bytes:"):
-        limit, real_open = int(kill.split(":")[1]), builtins.open
-        shutil._USE_CP_SENDFILE = (
-            False  # the cross-filesystem copy writes through Python's file objects
-        )
+        _kill_after_bytes(int(kill.split(":")[1]), armed, in_folder)
+    elif kill == "rename":
+        _kill_at_rename(armed, in_folder)
+    elif kill == "link":
+        _kill_at_link(save_index, in_folder)
 
-        def open_(file, mode="r", *args, **kwargs):
-            handle = real_open(file, mode, *args, **kwargs)
-            if armed() and in_folder(file) and any(m in mode for m in "wxa"):
-                if limit == 0:
-                    _die()
-                return _KillingWriter(handle, limit)
-            return handle
 
-        builtins.open = open_
-    elif (
-        kill == "rename"
-    ):  # the staging file is complete: os.replace (ours) or shutil.move (fsspec's commit)
-        real_replace, real_move = os.replace, shutil.move
+def _kill_after_bytes(limit: int, armed, in_folder) -> None:
+    """Die once ``limit`` bytes of an armed save's file in the folder are written (0: at its
+    open)."""
+    real_open = builtins.open
+    # the cross-filesystem copy writes through Python's file objects
+    shutil._USE_CP_SENDFILE = False
 
-        def replace(src, dst, *args, **kwargs):
-            if armed() and in_folder(dst):
+    def open_(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if armed() and in_folder(file) and any(m in mode for m in "wxa"):
+            if limit == 0:
                 _die()
-            return real_replace(src, dst, *args, **kwargs)
+            return _KillingWriter(handle, limit)
+        return handle
 
-        def move(src, dst, *args, **kwargs):
-            if armed() and in_folder(dst):
+    builtins.open = open_
+
+
+def _kill_at_rename(armed, in_folder) -> None:
+    """Die as an armed save renames its complete staging file into the folder: os.replace
+    (ours) or shutil.move (fsspec's commit)."""
+    real_replace, real_move = os.replace, shutil.move
+
+    def replace(src, dst, *args, **kwargs):
+        if armed() and in_folder(dst):
+            _die()
+        return real_replace(src, dst, *args, **kwargs)
+
+    def move(src, dst, *args, **kwargs):
+        if armed() and in_folder(dst):
+            _die()
+        return real_move(src, dst, *args, **kwargs)
+
+    os.replace, shutil.move = replace, move
+
+
+def _kill_at_link(link_index: int, in_folder) -> None:
+    """Die at the ``link_index``-th symlink into the folder: Lightning removes last.ckpt, then
+    links it; ours links a staging name, then renames."""
+    real_symlink = os.symlink
+    links = {"n": 0}
+
+    def symlink(src, dst, *args, **kwargs):
+        if in_folder(dst):
+            links["n"] += 1
+            if links["n"] == link_index:
                 _die()
-            return real_move(src, dst, *args, **kwargs)
+        return real_symlink(src, dst, *args, **kwargs)
 
-        os.replace, shutil.move = replace, move
-    elif (
-        kill == "link"
-    ):  # Lightning removes last.ckpt, then links it; ours links a staging name, then renames
-        real_symlink = os.symlink
-
-        def symlink(src, dst, *args, **kwargs):
-            if in_folder(dst):
-                saves["links"] += 1
-                if saves["links"] == save_index:
-                    _die()
-            return real_symlink(src, dst, *args, **kwargs)
-
-        os.symlink = symlink
+    os.symlink = symlink
 
 
 def _tmpfs_folder(fallback: Path) -> Path:
@@ -234,9 +248,8 @@ def test_killed_save_leaves_a_resumable_last_checkpoint(tmp_path, probe):
     # a resume from a linked last.ckpt writes last-v1.ckpt: the linked step-2 file's callback state
     # predates its link (Lightning's version counter), so read the path the callback reports
     assert torch.load(recorder.last_path, map_location="cpu", weights_only=True)["global_step"] == 6
-    assert (
-        _staging_files(ckpt_dir) == []
-    )  # the dead writer's staging file was removed by a later save
+    # the dead writer's staging file was removed by a later save
+    assert _staging_files(ckpt_dir) == []
 
 
 if __name__ == "__main__":

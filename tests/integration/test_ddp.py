@@ -65,7 +65,7 @@ def test_each_rank_sees_different_prompts_and_whole_groups(ranks):
             # every prompt's G = 3 samples are on this rank, in one group of its own
             assert set(Counter(row["examples"]).values()) == {3}
             by_group = {}
-            for example, group in zip(row["examples"], row["groups"]):
+            for example, group in zip(row["examples"], row["groups"], strict=True):
                 by_group.setdefault(group, set()).add(example)
             assert all(len(v) == 1 for v in by_group.values())
 
@@ -73,7 +73,7 @@ def test_each_rank_sees_different_prompts_and_whole_groups(ranks):
 def test_logged_reward_and_kl_are_the_mean_over_ranks(ranks):
     first, second = ranks
     assert len(first) == len(second) >= 2
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert a["step"] == b["step"]
         expected = (a["local_reward"] + b["local_reward"]) / 2
         assert a["logged_reward"] == pytest.approx(expected, rel=1e-5)

@@ -72,7 +72,7 @@ def test_minilm_ranks_the_obvious_passage_first(tmp_path):
     queries = list(QUERIES)
     flat_hits = flat.search(queries, 3)
     hnsw_hits = hnsw.search(queries, 3)
-    for query, f, h in zip(queries, flat_hits, hnsw_hits):
+    for query, f, h in zip(queries, flat_hits, hnsw_hits, strict=True):
         assert f[0].passage.id == QUERIES[query], (query, [x.passage.title for x in f])
         assert h[0].passage.id == f[0].passage.id
 

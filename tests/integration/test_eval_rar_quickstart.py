@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_finite_metrics, require_package
+from learning import had_signal, lora_moved
 
 from lit_rag.cli import main
 
@@ -52,6 +53,13 @@ def test_eval_rar_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     ):
         assert all(r[key] != "" for r in steps), key
     assert all(float(r["rollout/valid_searches"]) > 0 for r in steps)  # the prefix forces a search
+    # what the 2 steps learned (learning.py): the policy starts as the reference (KL 0) and moves
+    # exactly when a step had a group with reward variance
+    assert float(steps[0]["train/kl"]) == pytest.approx(0.0, abs=1e-6), steps[0]
+    if had_signal(steps[0]):
+        assert float(steps[1]["train/kl"]) > 1e-6, steps[1]
+    if any(had_signal(r) for r in steps):
+        assert lora_moved(tmp_path / "runs")
     val = [r for r in rows if r.get("val/em")]
     assert val and all(
         val[0][k] != ""

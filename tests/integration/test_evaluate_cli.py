@@ -15,7 +15,8 @@ from helpers import require_package, shared_data_dir, tiny_folder
 from test_fit_tiny import isolated  # noqa: F401  (registry cleared, argv and cwd isolated)
 
 from lit_rag.cli import build_cli, main
-from lit_rag.evaluate import _row_title, read_record, slug
+from lit_rag.evaluate_records import read_record, slug
+from lit_rag.evaluate_table import _row_title
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_finite_metrics, require_package
+from learning import lora_moved
 
 from lit_rag.cli import main
 
@@ -69,3 +70,8 @@ def test_evo_rag_quickstart_alternates_and_validates(tmp_path, monkeypatch):
     # sibling branches made reward-model pairs, and a reward-model epoch followed each policy epoch
     assert pairs > 0 and len(cycles) == 2
     assert sorted(p.name for p in (path.parent / "preference_pairs").glob("epoch*.jsonl"))
+    # DPO fine-tunes once collect_steps (3) steps have stored their pairs: the adapters leave
+    # zero exactly when that update had pairs (chosen and rejected differ, so the DPO loss has a
+    # gradient from the first pair on; learning.py)
+    used = sum(float(r.get("rollout/pairs_used") or 0) for r in steps)
+    assert lora_moved(tmp_path / "runs") == (used > 0), used

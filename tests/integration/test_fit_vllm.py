@@ -151,7 +151,7 @@ def test_resume_with_the_vllm_engine_equals_uninterrupted(folder: str, tmp_path:
     full = fit(tmp_path / "a")
     resumed = fit(tmp_path / "b", ckpt=str(tmp_path / "a" / "ckpt" / "epoch=0-step=2.ckpt"))
     assert len(full.steps) == 4 and len(resumed.steps) == 2
-    for a, b in zip(full.steps[2:], resumed.steps):
+    for a, b in zip(full.steps[2:], resumed.steps, strict=True):
         assert a["ids"] == b["ids"] and a["texts"] == b["texts"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
 

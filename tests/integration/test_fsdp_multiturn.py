@@ -35,7 +35,7 @@ def test_ranks_with_different_turn_counts_train_under_fsdp(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert [row["step"] for row in first] == [row["step"] for row in second] == [1, 2]
-    for step, (a, b) in enumerate(zip(first, second), start=1):
+    for step, (a, b) in enumerate(zip(first, second, strict=True), start=1):
         # G = 2 episodes of one prompt per rank, all answered
         assert a["turns"] == [0, 0] and a["searches"] == [0, 0] and all(a["answered"])
         assert b["turns"] == [3, 3] and b["searches"] == [3, 3] and all(b["answered"])

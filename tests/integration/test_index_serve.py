@@ -62,11 +62,11 @@ def test_plain_http_speaks_search_r1(index, server):
     local = BM25Retriever.load(index)
     status, answer = post(server, {"queries": QUERIES, "topk": 3, "return_scores": True})
     assert status == 200 and len(answer["result"]) == 3
-    for query, entries in zip(QUERIES, answer["result"]):
+    for query, entries in zip(QUERIES, answer["result"], strict=True):
         hits = local.search([query], 3)[0]
         assert [e["document"]["id"] for e in entries] == [h.passage.id for h in hits]
         assert [e["score"] for e in entries] == pytest.approx([h.score for h in hits])
-        for entry, hit in zip(entries, hits):
+        for entry, hit in zip(entries, hits, strict=True):
             # Search-R1's client reads contents: title on the first line, the text after it
             assert split_contents(entry["document"]["contents"]) == (
                 hit.passage.title,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import assert_finite_metrics, require_package
+from learning import had_signal, lora_moved
 
 from lit_rag.cli import main
 
@@ -58,6 +59,12 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     for row in steps:
         assert float(row["time/weight_sync_s"]) > 0
         assert float(row["rollout/logprob_diff_mean"]) < 0.2, row
+    # what the 2 steps learned (learning.py): the policy starts as the reference (KL 0); a first
+    # step with reward variance moves it (KL > 0 at the second), and the adapters left zero
+    assert float(steps[0]["train/kl"]) == pytest.approx(0.0, abs=1e-6), steps[0]
+    if had_signal(steps[0]):
+        assert float(steps[1]["train/kl"]) > 1e-6, steps[1]
+    assert lora_moved(tmp_path / "runs")
     # LoRA checkpoints hold the adapters only
     checkpoints = sorted((tmp_path / "runs").rglob("*.ckpt"))
     assert checkpoints

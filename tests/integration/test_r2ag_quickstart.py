@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_finite_metrics, require_package
+from learning import had_signal, lora_moved
 
 from lit_rag.cli import main
 
@@ -50,6 +51,9 @@ def test_r2ag_quickstart_fits_and_validates(tmp_path, monkeypatch):
     assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     steps = [r for r in rows if r.get("rollout/think_rate")]
     assert len(steps) == 2 and all(r["forest/next_pool"] != "" for r in steps)
+    # no KL term (beta 0): the adapters leave zero exactly when a step had a group with reward
+    # variance (learning.py)
+    assert lora_moved(tmp_path / "runs") == any(had_signal(r) for r in steps), steps
     val = [r for r in rows if r.get("val/recall")]
     assert val and all(
         val[0][k] != ""

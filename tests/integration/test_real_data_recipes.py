@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_finite_metrics, require_package
+from learning import had_signal, lora_moved
 
 from lit_rag.cli import main
 
@@ -35,9 +36,11 @@ def test_arena_hotpotqa_cpu_fits_and_compares(tmp_path, monkeypatch, capsys):
     main(["fit", *ARENA, *SMALL])
     (path,) = (tmp_path / "runs").rglob("metrics.csv")
     rows = list(csv.DictReader(path.open()))
-    assert len([r for r in rows if r.get("reward/total")]) == 2
+    steps = [r for r in rows if r.get("reward/total")]
+    assert len(steps) == 2
     assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
     assert any(r.get("val/em") for r in rows) and any(r.get("val/reward/format") for r in rows)
+    assert_moved_from_the_reference(steps, tmp_path / "runs")
     (last,) = (tmp_path / "runs").rglob("last.ckpt")
     capsys.readouterr()
     main(["compare", *ARENA, str(last), "--json", str(tmp_path / "compare.json")])
@@ -53,6 +56,16 @@ def test_arena_hotpotqa_cpu_fits_and_compares(tmp_path, monkeypatch, capsys):
     ]
     em = next(line.split() for line in lines if line.startswith("val/em "))
     assert len(em) == 4 and all(value.lstrip("+-").replace(".", "").isdigit() for value in em[1:])
+
+
+def assert_moved_from_the_reference(steps: list[dict], runs: Path) -> None:
+    """GRPO with a KL term (learning.py): the policy starts as the reference (KL 0); a first step
+    with reward variance moves it (KL > 0 at the second), as any such step moves the adapters."""
+    assert float(steps[0]["train/kl"]) == pytest.approx(0.0, abs=1e-6), steps[0]
+    if had_signal(steps[0]):
+        assert float(steps[1]["train/kl"]) > 1e-6, steps[1]
+    if any(had_signal(r) for r in steps):
+        assert lora_moved(runs)
 
 
 @pytest.mark.parametrize(
@@ -83,3 +96,11 @@ def test_search_recipes_on_real_data_fit(recipe, dataset, train, tmp_path, monke
     assert len({r["step"] for r in rows if r.get("time/rollout_s")}) >= 2
     assert_finite_metrics(rows)
     assert any(r.get("val/em") for r in rows)
+    if recipe.startswith("r2ag"):
+        # DAPO drops the groups without reward variance and skips a batch left empty, so each
+        # of the two optimizer steps learned from some group: the adapters left zero
+        assert lora_moved(tmp_path / "runs")
+    else:
+        assert_moved_from_the_reference(
+            [r for r in rows if r.get("reward/total")], tmp_path / "runs"
+        )

@@ -133,7 +133,7 @@ def test_resume_equals_uninterrupted(tmp_path, lora):
     assert checkpoint.exists()
     resumed = fit(tmp_path / "b", max_steps=8, lora=lora, ckpt=str(checkpoint))
     assert len(full.steps) == 4 and len(resumed.steps) == 2
-    for a, b in zip(full.steps[2:], resumed.steps):
+    for a, b in zip(full.steps[2:], resumed.steps, strict=True):
         assert a["ids"] == b["ids"]  # data position restored
         assert a["texts"] == b["texts"]  # RNG restored: same samples
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)  # weights + optimizer restored
@@ -255,7 +255,7 @@ def test_schedule_length_counts_optimizer_steps():
         m, _ = build(lora=False, mu=2, lr_schedule=kind)
         m.model = torch.nn.Linear(1, 1)
         m._trainer = SimpleNamespace(estimated_stepping_batches=batches, max_steps=max_steps)
-        return m._planned_schedule()["total"]
+        return m.optim.plan(m._trainer, m.algorithm.mu * m.algorithm.steps_per_pass)["total"]
 
     assert total(8, 8) == 8  # bounded by max_steps 8: 8 optimizer steps (it was 8 x mu = 16)
     assert total(5, -1) == 10  # 5 batches, no max_steps: 5 x mu 2

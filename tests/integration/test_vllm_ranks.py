@@ -155,7 +155,11 @@ def test_each_vllm_holds_the_policy_after_training(fits, kind):
         engine, policy = rank["engine_logprobs"], rank["policy_logprobs"]
         assert len(engine) == len(policy) > 0
         # an fp32 vLLM holding the trainer's weights: the same log-probs up to kernel rounding
-        assert max(abs(a - b) for a, b in zip(engine, policy)) < 2e-3, (kind, engine, policy)
+        assert max(abs(a - b) for a, b in zip(engine, policy, strict=True)) < 2e-3, (
+            kind,
+            engine,
+            policy,
+        )
         for step in rank["steps"]:
             assert step["local"]["time/weight_sync_s"] > 0
 
@@ -186,7 +190,7 @@ def test_ranks_train_the_same_steps_on_different_prompts(fits, kind):
     (first, second), _ = fits(kind)
     assert [s["step"] for s in first["steps"]] == [s["step"] for s in second["steps"]]
     assert len(first["steps"]) in (2, 4)
-    for a, b in zip(first["steps"], second["steps"]):
+    for a, b in zip(first["steps"], second["steps"], strict=True):
         assert not set(a["batch"]) & set(b["batch"])  # prompts sharded across ranks
         assert a["logged"]["reward/total"] == pytest.approx(b["logged"]["reward/total"])  # the mean
         expected = (a["local"]["reward/total"] + b["local"]["reward/total"]) / 2
@@ -205,7 +209,7 @@ def test_seeds_per_rank_and_per_tensor_parallel_group(fits, kind):
 @pytest.mark.parametrize("kind", sorted(SCRIPTED))
 def test_ranks_with_different_turn_counts(fits, kind):
     (first, second), _ = fits(kind)
-    for step, (a, b) in enumerate(zip(first["steps"], second["steps"]), start=1):
+    for step, (a, b) in enumerate(zip(first["steps"], second["steps"], strict=True), start=1):
         # two prompts x G = 3 episodes per rank: rank 0 answers at once (one segment each),
         # rank 1 searches three times, evaluating after each, then answers (seven segments)
         assert a["turns"] == [0] * 6 and b["turns"] == [3] * 6
@@ -218,7 +222,7 @@ def test_a_rank_whose_groups_are_flat_refills_while_the_other_joins_in(fits):
     and it joins both rounds with empty rollouts (otherwise the shared vLLM would wait for it);
     rank 0 then has nothing to train on and runs idle passes beside rank 1's update."""
     (first, second), _ = fits("refill-tp2")
-    for a, b in zip(first["steps"], second["steps"]):
+    for a, b in zip(first["steps"], second["steps"], strict=True):
         assert a["local"]["rollout/dynamic_sampling_rounds"] == 2.0
         assert b["local"]["rollout/dynamic_sampling_rounds"] == 2.0  # rounds run on every rank
         assert len(a["examples"]) == 6 + 2 * 2 * 3 and len(b["examples"]) == 6
@@ -229,9 +233,9 @@ def test_resume_under_ddp_equals_the_uninterrupted_run(fits, folder, tmp_path):
     full, out = fits("ddp-lora-adapter")  # 4 steps, a checkpoint every 2
     ckpt = out / "checkpoints" / "epoch=0-step=2.ckpt"
     resumed = fit(tmp_path / "out", "ddp-lora-adapter", folder, "--steps", "4", "--ckpt", str(ckpt))
-    for whole, again in zip(full, resumed):
+    for whole, again in zip(full, resumed, strict=True):
         assert [s["step"] for s in again["steps"]] == [3, 4]
-        for a, b in zip(whole["steps"][2:], again["steps"]):
+        for a, b in zip(whole["steps"][2:], again["steps"], strict=True):
             assert a["examples"] == b["examples"] and a["texts"] == b["texts"]  # vLLM sampled alike
             assert a["local"]["train/loss"] == pytest.approx(b["local"]["train/loss"], abs=1e-6)
             assert a["logged"]["reward/total"] == pytest.approx(

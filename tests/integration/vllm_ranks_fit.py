@@ -44,7 +44,10 @@ from lit_rag.modules.logprobs import completion_logprobs, root_forward_logprobs 
 from lit_rag.modules.policy import PolicyModule  # noqa: E402
 from lit_rag.plugins.algorithms.grpo import GRPO  # noqa: E402
 from lit_rag.plugins.engines.vllm import VLLMEngine  # noqa: E402
-from lit_rag.plugins.environments.search_agent import SearchAgentEnvironment  # noqa: E402
+from lit_rag.plugins.environments.search_agent import (  # noqa: E402
+    SearchAgentEnvironment,
+    SearchEpisode,
+)
 from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment  # noqa: E402
 from lit_rag.rollout.base import SamplingParams  # noqa: E402
 from lit_rag.rollout.weights import checkpoint_weights  # noqa: E402
@@ -150,7 +153,11 @@ class Recorder(Callback):
                 "batch": [example.id for example in batch],
                 "examples": [t.example.id for t in step.trajectories],
                 "texts": [t.text for t in step.trajectories],
-                "turns": [t.meta.get("turns", 0) for t in step.trajectories],
+                # the search agent's turns; 0 for single-turn trajectories (no SearchEpisode)
+                "turns": [
+                    0 if (e := SearchEpisode.find(t, "test")) is None else e.turns
+                    for t in step.trajectories
+                ],
                 "local": {k: float(v) for k, v in step.metrics.items()},
                 "logged": logged,
                 "segments": getattr(pl_module.engine, "segments", 0),

@@ -276,7 +276,9 @@ def test_cli_finds_a_full_disk_under_a_later_error(monkeypatch, capsys):
         try:
             raise DiskFullError("disk full while writing checkpoint x.ckpt")
         except DiskFullError:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # while handling it
+            # raised while handling it, as the logger's own error is: chained implicitly
+            # (__context__), which is what the CLI must look under
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # noqa: B904
 
     monkeypatch.setattr(cli, "build_cli", fit_over_a_full_disk)
     with pytest.raises(SystemExit) as caught:

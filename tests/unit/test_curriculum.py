@@ -37,6 +37,8 @@ def test_switch_on_step_count_changes_the_weight_anchors():
     module, sched = Module(), RewardWeightScheduler()
     cur = CurriculumCallback(switch_after_steps=3)
     tr = trainer(sched, cur)
+    cur.setup(tr, module, "fit")
+    assert cur.stages == ["discovery", "refinement"]  # the reward's stages (evo_rag.txt 3.5)
     cur.on_train_start(tr, module)
     assert module.reward.weights_at(0)["answer"] == 0.05  # Discovery starts at Table 1's start
     tr.global_step = 2
@@ -58,6 +60,7 @@ def test_switch_on_plateau_then_stop_on_final_plateau():
     module = Module()
     cur = CurriculumCallback(monitor="val/em", patience=2)
     tr = trainer(cur)
+    cur.setup(tr, module, "fit")
     cur.on_train_start(tr, module)
     for value in (0.1, 0.2, 0.2):  # best 0.2, then one stale validation
         tr.callback_metrics = {"val/em": torch.tensor(value)}
@@ -81,6 +84,7 @@ def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
     checkpoint.best_model_path = str(path)
     cur = CurriculumCallback(switch_after_epochs=1, reload_best=True)
     tr = trainer(checkpoint, cur)
+    cur.setup(tr, module, "fit")
     cur.on_train_epoch_end(tr, module)
     assert cur.stage == "refinement" and module.w.tolist() == [1.0, 2.0]
 
@@ -95,7 +99,9 @@ def test_reload_prefers_the_monitored_checkpoint_over_a_latest_one(tmp_path):
     latest.best_model_path = str(tmp_path / "latest.ckpt")
     best = ModelCheckpoint(dirpath=tmp_path, monitor="val/em", mode="max")
     best.best_model_path = str(tmp_path / "best.ckpt")
-    cur = CurriculumCallback(switch_after_epochs=1, reload_best=True)
+    cur = CurriculumCallback(
+        stages=["discovery", "refinement"], switch_after_epochs=1, reload_best=True
+    )
     cur.on_train_epoch_end(trainer(latest, best, cur), module)  # the unmonitored one listed first
     assert module.w.tolist() == [1.0, 2.0]
 
@@ -105,3 +111,16 @@ def test_bad_settings():
         CurriculumCallback()
     with pytest.raises(ValueError, match="mode must be"):
         CurriculumCallback(monitor="val/em", mode="up")
+
+
+def test_stages_come_from_the_recipe_or_the_reward():
+    module = Module()
+    module.reward = SimpleNamespace(stages=())  # a reward without a curriculum
+    cur = CurriculumCallback(switch_after_steps=1)
+    with pytest.raises(ValueError, match="declares none"):
+        cur.setup(trainer(cur), module, "fit")
+    named = CurriculumCallback(stages=["a", "b"], switch_after_steps=1)
+    named.setup(trainer(named), module, "fit")
+    assert named.stages == ["a", "b"]
+    with pytest.raises(ValueError, match="at least one stage"):
+        CurriculumCallback(stages=[], switch_after_steps=1)

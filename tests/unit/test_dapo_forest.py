@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 
-from lit_rag.api import Reward
+from lit_rag.api import R2AGEpisode, Reward
 from lit_rag.callbacks import ProgressiveForest
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
@@ -110,9 +110,10 @@ def test_refill_samples_more_prompts_until_the_batch_is_informative():
     flat = [Example(f"f{i}", f"flat question {i}", ["x"]) for i in range(2)]
     varied = [Example(f"v{i}", f"varied question {i}", ["x"]) for i in range(4)]
     draws = iter([[flat[0], varied[0]], [varied[1], varied[2]]])
-    module._extra_examples = lambda n, round_index: next(draws)
+    refill = module.refill()
+    refill.draw = lambda n, round_index: next(draws)
     rows = module.rollout(flat, module.sampling, 2)
-    rows, rewards, used = module._refill(rows, module.reward(rows), target=2, rounds=3)
+    rows, rewards, used = refill.run(rows, module.reward(rows), target=2, rounds=3)
     assert used == 2  # after round 1 one informative group, after round 2 three: stop
     assert module.algorithm.informative_groups(rows, rewards) == 3
     assert sorted({t.group for t in rows}) == list(range(6))  # groups renumbered, never merged
@@ -211,7 +212,7 @@ def test_forest_iterations_through_lightning(tmp_path, monkeypatch):
 def test_refilled_prompts_stay_out_of_the_next_forest():
     """Algorithm 1 expands each tree of RR-Forest^j once and only filters flat groups; DAPO's
     refill draws extra prompts. Batch = [a] (group 0, two samples); the refill drew b (group 1,
-    numbered after the batch by PolicyModule._refill). Gold: a {ga1, ga2}, b {gb1, gb2}."""
+    numbered after the batch by the refill). Gold: a {ga1, ga2}, b {gb1, gb2}."""
     a = Example("a", "question a", ["x"], gold_ids=["ga1", "ga2"])
     b = Example("b", "question b", ["y"], gold_ids=["gb1", "gb2"])
 
@@ -226,7 +227,7 @@ def test_refilled_prompts_stay_out_of_the_next_forest():
             empty.float(),
             "",
             steps=[Step("base", "q", [found])],
-            meta={"depth": 0, "prior": [], "stop": False, "passages": {}},
+            contract=R2AGEpisode(depth=0, prior=[], think=True, stop=False, segments=1),
         )
 
     rows = [sample(a, 0, "ga1"), sample(a, 0, "noise"), sample(b, 1, "gb1"), sample(b, 1, "noise")]

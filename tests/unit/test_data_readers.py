@@ -111,7 +111,7 @@ def test_real_sample(shared_data: Path, name: str) -> None:
 )
 def test_context_references_in_original_order(shared_data: Path, name: str) -> None:
     path = shared_data / name
-    for raw, ex in zip(_raw_records(path), read_examples(path)):
+    for raw, ex in zip(_raw_records(path), read_examples(path), strict=True):
         assert [p.title for p in ex.references] == [title for title, _ in raw["context"]]
         # gold ids follow reference order
         positions = [[p.id for p in ex.references].index(g) for g in ex.gold_ids]

@@ -63,7 +63,7 @@ def test_max_references_keeps_all_gold() -> None:
         assert len(ex.references) == 5
         assert set(ex.gold_ids) <= {p.id for p in ex.references}
     full = QADataModule(num_train=30, val=None, hops=[3], num_distractors=6).train_examples()
-    for cut, ex in zip(dm.train_examples(), full):
+    for cut, ex in zip(dm.train_examples(), full, strict=True):
         distractors = [p for p in ex.references if p.id not in ex.gold_ids]
         assert [p for p in cut.references if p.id not in ex.gold_ids] == distractors[:2]
         assert [p.id for p in cut.references] == [

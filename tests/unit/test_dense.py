@@ -93,7 +93,7 @@ def test_passage_text_finds_itself(tiny_encoder, faiss_index):
     # A query equal to a passage's embedded text has cosine 1 with it: rank 0 everywhere.
     retriever = built(tiny_encoder, faiss_index=faiss_index, nlist=4, nprobe=4)
     queries = [f"{p.title}\n{p.text}" for p in PASSAGES]
-    for passage, hits in zip(PASSAGES, retriever.search(queries, 3)):
+    for passage, hits in zip(PASSAGES, retriever.search(queries, 3), strict=True):
         assert hits[0].passage.id == passage.id
         assert hits[0].score == pytest.approx(1.0, abs=1e-4)
         assert [h.rank for h in hits] == [0, 1, 2]

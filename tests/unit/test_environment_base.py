@@ -79,7 +79,10 @@ def test_closed_book_rollout_with_the_hf_engine(tiny_policy):
     assert [t.completion_ids.tolist() for t in trajectories] == [
         g.token_ids.tolist() for g in direct
     ]
-    assert all(torch.equal(t.sampling_logprobs, g.logprobs) for t, g in zip(trajectories, direct))
+    assert all(
+        torch.equal(t.sampling_logprobs, g.logprobs)
+        for t, g in zip(trajectories, direct, strict=True)
+    )
     assert [t.truncated for t in trajectories] == [not g.finished for g in direct]
 
     # example 0 three times, then example 1 three times

@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from lit_rag import cli
-from lit_rag.evaluate import protocol_differences, read_record, render
+from lit_rag.evaluate_protocol import protocol_differences
+from lit_rag.evaluate_records import read_record
+from lit_rag.evaluate_table import render
 from lit_rag.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lit_rag import registry
+from lit_rag.api import EvoRagBranch
 from lit_rag.callbacks import RewardWeightScheduler
 from lit_rag.plugins.algorithms.dpo import DPO, preference_pairs
 from lit_rag.plugins.rewards.evo_rag import TABLE_1, EvoRagReward, GoldCoverageVerifier, interpolate
@@ -35,7 +36,8 @@ def reward(**kw) -> EvoRagReward:
 
 def traj(*steps: Step, example=EX) -> Trajectory:
     e = torch.zeros(0, dtype=torch.long)
-    return Trajectory(example, 0, e, e, e, e.float(), "", steps=list(steps))
+    branch = EvoRagBranch(state="0:0", step=0)
+    return Trajectory(example, 0, e, e, e, e.float(), "", steps=list(steps), contract=branch)
 
 
 def test_each_step_reward_by_hand():
@@ -121,6 +123,18 @@ def test_weighted_total_uses_the_time_dependent_weights():
     ) == pytest.approx(2.011)
 
 
+#: Table 1 as the paper prints it (evo_rag.txt Section 3.6): component -> (start, mid, end)
+PAPER_TABLE_1 = {
+    "retrieval": (2.0, 1.0, 0.5),  # Retrieval Bonus (beta)
+    "action": (1.5, 0.8, 0.4),  # Retrieval Action Penalty (lambda)
+    "overlap": (0.1, 0.5, 1.2),  # Subquery Overlap Penalty (gamma)
+    "backtrack": (0.3, 0.5, 1.0),  # Backtrack Penalty (delta)
+    "refusal": (0.5, 0.5, 0.5),  # Refusal Reward (rho)
+    "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
+    "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
+}
+
+
 @pytest.mark.parametrize(
     "stage,expect",
     [
@@ -133,7 +147,8 @@ def test_scheduler_weights_at_0_half_and_t_max(stage, expect):
     col = {"start": 0, "mid": 1, "end": 2}
     for t, where in expect.items():
         w = r.weights_at(t)
-        for k, (start, mid, end) in TABLE_1.items():
+        assert set(w) == set(PAPER_TABLE_1)
+        for k, (start, mid, end) in PAPER_TABLE_1.items():
             if where == "half":
                 lo, hi = (start, mid) if stage == "discovery" else (mid, end)
                 assert w[k] == pytest.approx((lo + hi) / 2), (k, t)
@@ -157,7 +172,12 @@ def test_scheduler_callback_switches_anchors():
     custom.set_stage(Module, "discovery")
     assert Module.reward.weights_at(10)["retrieval"] == pytest.approx(1.5)
     with pytest.raises(ValueError, match="unknown EVO-RAG stage"):
-        RewardWeightScheduler(stage="warmup")
+        RewardWeightScheduler(stage="warmup").on_train_start(None, Module)
+    with pytest.raises(ValueError, match="one length of at least 2"):
+        RewardWeightScheduler(table={"answer": [1.0]})
+    first = RewardWeightScheduler()  # no stage named: the reward's first
+    first.on_train_start(None, Module)
+    assert first.stage == "discovery" and Module.reward.weights_at(0)["answer"] == 0.05
 
 
 def test_dpo_loss_worked_by_hand():
@@ -181,7 +201,8 @@ def test_pairs_come_from_siblings_with_enough_margin():
 
     def t(state, action, ex=EX):  # each sibling a different action (completion token)
         a = torch.tensor([action])
-        return Trajectory(ex, 0, e, a, torch.ones(1), e.float(), "", meta={"state": state})
+        branch = EvoRagBranch(state=state)
+        return Trajectory(ex, 0, e, a, torch.ones(1), e.float(), "", contract=branch)
 
     rows = [t("s0", 1), t("s0", 2), t("s0", 3), t("s1", 1), t("s1", 2), t("s2", 1)]
     returns = torch.tensor([0.5, 1.0, 0.1, 0.3, 0.4, 9.0])

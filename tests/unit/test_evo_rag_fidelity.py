@@ -13,6 +13,7 @@ import lightning as L
 import pytest
 import torch
 
+from lit_rag.api import EvoRagBranch
 from lit_rag.modules.loading import ModelConfig, TinyConfig
 from lit_rag.modules.policy import PolicyModule
 from lit_rag.modules.reward_model import (
@@ -55,7 +56,7 @@ def sibling(action_token: int, state="s", example=EX, steps=(), branch_step=0) -
         "",
         steps=list(steps),
         prompt_text="STATE",
-        meta={"state": state, "branch_step": branch_step},
+        contract=EvoRagBranch(state=state, step=branch_step),
     )
 
 
@@ -166,9 +167,8 @@ def test_dpo_store_goes_through_a_checkpoint(tmp_path):
     dpo.prepare(*_pairs_at(2, 10))
     torch.save({"algorithm": dpo.state_dict()}, tmp_path / "c.pt")
     fresh = DPO(collect_steps=3)
-    fresh.load_state_dict(
-        torch.load(tmp_path / "c.pt", weights_only=True)["algorithm"]
-    )  # plain tensors
+    # plain tensors
+    fresh.load_state_dict(torch.load(tmp_path / "c.pt", weights_only=True)["algorithm"])
     assert fresh.collected == 1 and len(fresh.stored) == 2
     assert torch.equal(fresh.stored[1]["rejected"]["completion_ids"], torch.tensor([13]))
     for d in (dpo, fresh):  # both continue alike: step 2 stores, step 3 trains on 2 + 2 + 2 pairs
@@ -300,7 +300,7 @@ def _episodes():
         torch.zeros(0),
         "",
         steps=[hit, Step("answer", None, [], "Kessa")],
-        meta={"passages": {"g1": G1}},
+        contract=EvoRagBranch(state="0:0", passages={"g1": G1}),
     )
     refuse = Trajectory(
         EX,
@@ -311,7 +311,7 @@ def _episodes():
         torch.zeros(0),
         "",
         steps=[hit, Step("refuse", None, [], "")],
-        meta={"passages": {"g1": G1}},
+        contract=EvoRagBranch(state="0:0", passages={"g1": G1}),
     )
     return answer, refuse
 
@@ -362,7 +362,7 @@ def test_the_judge_does_not_see_documents_a_backtrack_dropped(judge_url, tmp_pat
         torch.zeros(0),
         "",
         steps=steps,
-        meta={"passages": {"g1": G1}},
+        contract=EvoRagBranch(state="0:0", passages={"g1": G1}),
     )
     cache = tmp_path / "verdicts.jsonl"
     judge = ChatJudgeVerifier(

@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
+from lit_rag.api import Branch
 from lit_rag.callbacks import AlternatingRewardModel, CurriculumCallback, RewardWeightScheduler
 from lit_rag.data.datamodule import QADataModule
 from lit_rag.modules.loading import ModelConfig, TinyConfig
@@ -125,7 +126,7 @@ def test_sibling_pairs_threshold_signs_and_text():
             text="",
             steps=steps,
             prompt_text="STATE",
-            meta={"state": state, "branch_step": 1},
+            contract=Branch(state=state, step=1),
         )
 
     trajs = [
@@ -134,9 +135,8 @@ def test_sibling_pairs_threshold_signs_and_text():
         traj("s1", "backtrack"),
         traj("s2", "answer"),
     ]
-    total = torch.tensor(
-        [[0.0, 1.0], [0.0, 0.5], [0.0, 0.8], [0.0, -5.0]]
-    )  # returns 1.0, 0.5, 0.8, -5.0
+    # returns 1.0, 0.5, 0.8, -5.0
+    total = torch.tensor([[0.0, 1.0], [0.0, 0.5], [0.0, 0.8], [0.0, -5.0]])
     comps = {k: torch.zeros(4, 2) for k in COMPONENTS}
     comps["answer"][0, 1] = 1.0
     comps["refusal"][1, 1] = 1.0
@@ -144,7 +144,7 @@ def test_sibling_pairs_threshold_signs_and_text():
     # s1: 1.0 - 0.5 = 0.5 and 0.8 - 0.5 = 0.3 pass; 1.0 - 0.8 = 0.2 does not; s2 has one sibling
     assert sorted(round(p["margin"], 6) for p in pairs) == [0.3, 0.5]
     best = next(p for p in pairs if round(p["margin"], 6) == 0.5)
-    signs = dict(zip(COMPONENTS, best["signs"]))
+    signs = dict(zip(COMPONENTS, best["signs"], strict=True))
     assert signs["answer"] == 1.0 and signs["refusal"] == -1.0 and signs["step"] == 0.0
     assert best["chosen"] == "STATE\nanswer: a" and best["rejected"] == "STATE\nrefuse: a"
     assert trajectory_text(trajs[0]).startswith("STATE")
@@ -161,7 +161,7 @@ def test_dpo_ranks_by_the_reward_model_once_attached():
             loss_mask=torch.ones(1),
             sampling_logprobs=torch.zeros(1),
             text="",
-            meta={"state": "s"},
+            contract=Branch(state="s"),
         )
         for i in range(3)
     ]
@@ -192,7 +192,7 @@ def test_max_pairs_keeps_the_largest_gaps():
             loss_mask=torch.ones(1),
             sampling_logprobs=torch.zeros(1),
             text="",
-            meta={"state": i // 2},
+            contract=Branch(state=str(i // 2)),
         )
         for i in range(6)
     ]
@@ -282,10 +282,12 @@ def test_reward_model_learns_the_collected_preferences(setup):
         module, datamodule=QADataModule(train=str(tmp_path / "train.jsonl"), val=None, batch_size=4)
     )
     metrics = alternate.history[-1]
-    held_out = metrics["reward_model/pairs"] - metrics["reward_model/train_pairs"]
-    assert held_out >= 10, metrics  # pairs of questions the heads never trained on
+    # 74 pairs over the 24 questions; the questions held out (val_fraction 0.25) gave 23 of
+    # them, pairs of questions the heads never trained on
+    assert (metrics["reward_model/pairs"], metrics["reward_model/train_pairs"]) == (74, 51), metrics
     # chance is accuracy 0.5 and loss log 2 = 0.693 (untrained heads start near 0 score gaps);
-    # this seeded run holds out 23 pairs and ranks 17 right (0.739): a coin reaches >= 0.7 on
-    # 23 pairs (>= 17 right) with probability 0.017
-    assert metrics["reward_model/val_pair_accuracy"] >= 0.7, metrics
-    assert metrics["reward_model/val_loss"] < 0.69
+    # this seeded run ranks 17 of the 23 right (0.739): a coin gets >= 17 of 23 right with
+    # probability 0.017
+    assert metrics["reward_model/val_pair_accuracy"] == pytest.approx(17 / 23), metrics
+    # held-out loss of this seeded run, below chance's 0.693
+    assert metrics["reward_model/val_loss"] == pytest.approx(0.5518, abs=1e-3)

@@ -1,6 +1,7 @@
 """Imports run down the layers (docs/DESIGN.md, "Layers and the public plugin API").
 
-    cli, index_cli, export, compare,    top: wire things together
+    cli, trainer_cli, index_cli,        top: wire things together
+    export, compare, evaluate, prepare
     callbacks
     built-in plugins                    lit_rag/plugins/: algorithms, rewards, environments,
                                         retrievers, engines
@@ -69,6 +70,7 @@ def test_built_in_plugins_import_only_the_public_api():
 #: the top layer's modules outside plugins/ and callbacks/: the commands
 TOP_LAYER_FILES = (
     "cli.py",
+    "trainer_cli.py",
     "index_cli.py",
     "api.py",
     "__main__.py",
@@ -80,7 +82,13 @@ TOP_LAYER_FILES = (
 
 
 def test_core_never_imports_plugins_the_api_callbacks_or_the_cli():
-    top = ("lit_rag.plugins", "lit_rag.callbacks", "lit_rag.cli", "lit_rag.api")
+    top = (
+        "lit_rag.plugins",
+        "lit_rag.callbacks",
+        "lit_rag.cli",
+        "lit_rag.trainer_cli",
+        "lit_rag.api",
+    )
     core = [
         p
         for p in _modules()

@@ -19,7 +19,7 @@ from lit_rag.modules.loading import (
 def test_tiny_model_and_tokenizer_are_deterministic():
     config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2, seed=3))
     a, b = load_model(config), load_model(config)
-    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
     tok = load_tokenizer(config)
     assert tok.padding_side == "left" and tok.pad_token is not None
     text = "Ünïcode <answer>Kessa</answer> 123"

@@ -62,7 +62,7 @@ def test_updates_accumulate_across_batches():
     # one update per query gives the same mean as one update for all
     whole, split = RecallAtK(3), RecallAtK(3)
     whole.update(RETRIEVED, GOLD)
-    for retrieved, gold in zip(RETRIEVED, GOLD):
+    for retrieved, gold in zip(RETRIEVED, GOLD, strict=True):
         split.update([retrieved], [gold])
     assert torch.equal(whole.compute(), split.compute())
     assert int(split.count) == 3

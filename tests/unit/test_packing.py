@@ -278,10 +278,13 @@ def test_split_rows_reads_the_collated_layout():
 def _accumulated_grads(module, batch) -> tuple[dict, float, int]:
     """One pass of the module's micro-batching: GRPO loss per micro-batch, gradients summed."""
     module.model.zero_grad(set_to_none=True)
-    total, micro_batches = 0.0, module._micro_slices(batch, torch.arange(batch.size), batch.width)
+    total, micro_batches = (
+        0.0,
+        module.update.micro_slices(batch, torch.arange(batch.size), batch.width),
+    )
     for rows in micro_batches:
         micro = batch.rows(rows)
-        micro.logprobs = module._logprobs(module.model, micro, batch.width)
+        micro.logprobs = module.update.logprobs(module.model, micro, batch.width)
         micro.old_logprobs = micro.logprobs.detach()
         loss = module.algorithm.loss(micro).loss
         loss.backward()

@@ -40,6 +40,13 @@ ROWS = [
     ),
     ("arena", "model.sampling.max_new_tokens", 256, "release: max_completion_length 256"),
     ("arena", "model.sampling.temperature", 0.9, "Appendix E: temperature 0.9"),
+    ("arena", "trainer.max_epochs", 1, "release configs/grpo.yaml: num_train_epochs 1"),
+    # Section 3.3: "all weights are set to 1" (release configs/grpo.yaml: reward_weights 1.0 x 4)
+    ("arena", "model.reward.init_args.format_weight", 1.0, "Section 3.3: weights 1"),
+    ("arena", "model.reward.init_args.accuracy_weight", 1.0, "Section 3.3: weights 1"),
+    ("arena", "model.reward.init_args.relevance_weight", 1.0, "Section 3.3: weights 1"),
+    ("arena", "model.reward.init_args.bonus_weight", 1.0, "Section 3.3: weights 1"),
+    ("arena", "model.reward.init_args.bonus", 10.0, "Section 3.3: an additional bonus of 10"),
     # Eval-RAR (shared/seeds/eval_rar.md; silent parts: Search-R1 v0.2/train_grpo.sh, its verl)
     ("eval_rar", "data.global_batch_size", 512, "Appendix A.2: total training batch 512"),
     ("eval_rar", "model.group_size", 5, "Appendix A.2: G = 5"),
@@ -79,13 +86,41 @@ ROWS = [
     ("eval_rar", "model.sampling.max_new_tokens", 500, "Search-R1: max_response_length=500"),
     (
         "eval_rar",
+        "model.sampling.top_p",
+        0.95,
+        "Search-R1's verl ppo_trainer.yaml: rollout.top_p 0.95",
+    ),
+    ("eval_rar", "model.reward.init_args.r_eval", 0.1, "Section 5.1: r_eval is set to 0.1"),
+    ("eval_rar", "model.micro_batch_size", 16, "Appendix A.2: micro-batch size 16"),
+    ("eval_rar", "data.global_val_batch_size", 256, "Appendix A.2: validation batch 256"),
+    (
+        "eval_rar",
         "model.environment.init_args.answer_after_max_turns",
         False,
         "Algorithm 1: no extra generation",
     ),
-    # Search-R1 as Eval-RAR's baseline (its released script)
+    # Search-R1 as Eval-RAR's baseline (its released scripts/nq_hotpotqa/v0.2/train_grpo.sh,
+    # and verl/trainer/config/ppo_trainer.yaml for what the script leaves at verl's default)
     ("search_r1", "data.global_batch_size", 512, "Search-R1: train_batch_size=512"),
     ("search_r1", "model.group_size", 5, "Search-R1: n_agent=5"),
+    ("search_r1", "model.lr", 1.0e-6, "Search-R1: actor.optim.lr=1e-6"),
+    ("search_r1", "model.algorithm.init_args.beta", 0.001, "Search-R1: kl_loss_coef=0.001"),
+    (
+        "search_r1",
+        "model.algorithm.init_args.kl_estimator",
+        "low_var_kl",
+        "Search-R1: kl_loss_type=low_var_kl",
+    ),
+    (
+        "search_r1",
+        "model.algorithm.init_args.epsilon",
+        0.2,
+        "verl ppo_trainer.yaml: clip_ratio 0.2",
+    ),
+    ("search_r1", "model.environment.init_args.top_k", 3, "Search-R1: retriever.topk=3"),
+    ("search_r1", "model.environment.init_args.max_turns", 4, "Search-R1: max_turns=4"),
+    ("search_r1", "model.sampling.top_p", 0.95, "verl ppo_trainer.yaml: rollout.top_p 0.95"),
+    ("search_r1", "data.global_val_batch_size", 256, "Search-R1: val_batch_size=256 (total)"),
     ("search_r1", "model.warmup_ratio", 0.285, "Search-R1: lr_warmup_steps_ratio=0.285"),
     ("search_r1", "model.weight_decay", 0.01, "verl fsdp_workers.py AdamW default"),
     (
@@ -131,6 +166,17 @@ ROWS = [
     ("r2ag", "model.environment.init_args.reader_max_new_tokens", 4096, "C.2: up to 4,096 tokens"),
     ("r2ag", "model.environment.init_args.reader_temperature", 0.6, "C.2: temperature 0.6"),
     ("r2ag", "model.environment.init_args.reader_top_p", 0.9, "C.2: top-p 0.9"),
+    # B.2 "Reward Coefficients" and "Hyperparameter Settings" (Eq. 5's alpha, beta, gamma, l,
+    # top-t/x; max omega * R_f = 0.02 at 0.01 per segment)
+    ("r2ag", "model.reward.init_args.alpha", 0.2, "B.2: alpha 0.2"),
+    ("r2ag", "model.reward.init_args.beta", 0.3, "B.2: beta 0.3"),
+    ("r2ag", "model.reward.init_args.gamma", 0.2, "B.2: gamma 0.2"),
+    ("r2ag", "model.reward.init_args.predicted_scale", 1.25, "B.2: l 1.25"),
+    ("r2ag", "model.reward.init_args.base_top_t", 4, "B.2: t = 4 for base queries"),
+    ("r2ag", "model.reward.init_args.predicted_top_t", 2, "B.2: t = 2 for predicted queries"),
+    ("r2ag", "model.reward.init_args.format_per_segment", 0.01, "B.2: 0.01 per segment"),
+    ("r2ag", "model.reward.init_args.format_max", 0.02, "B.2: max omega * R_f = 0.02"),
+    ("r2ag", "model.reward.init_args.zero_on_truncation", True, "B.2: truncated -> reward 0"),
     # EVO-RAG (shared/seeds/evo_rag.txt)
     ("evo_rag", "model.algorithm.init_args.beta", 0.1, "Section 3.4: DPO beta 0.1"),
     ("evo_rag", "model.algorithm.init_args.margin", 0.2, "Section 3.4: delta 0.2"),
@@ -144,6 +190,18 @@ ROWS = [
         0.3,
         "Section 3.2: r_act from p(t) >= 0.3",
     ),
+    (
+        "evo_rag",
+        "trainer.callbacks[AlternatingRewardModel].threshold",
+        0.3,
+        "Section 3.3: |R(x+) - R(x-)| >= Delta, Delta = 0.3",
+    ),
+    (
+        "evo_rag",
+        "trainer.callbacks[AlternatingRewardModel].reward_model.init_args.heads",
+        7,
+        "Section 3.3: seven heads",
+    ),
     # Section 4.1's 1,000 HotpotQA questions are sampled by `lit-rag data evo_rag` (its count is
     # pinned in test_recipe_data_is_what_lit_rag_data_writes); the data module takes them whole
     ("evo_rag", "data.num_train", None, "lit-rag data evo_rag wrote the 1,000 of Section 4.1"),
@@ -152,10 +210,18 @@ ROWS = [
 
 
 def value(recipe: str, key: str):
+    """The value at dotted ``key``; ``callbacks[Name]`` is the init_args of the callback whose
+    class_path ends with ``Name``."""
     node = yaml.safe_load((RECIPES / f"{recipe}.yaml").read_text())
     for part in key.split("."):
-        assert isinstance(node, dict) and part in node, f"{recipe}.yaml does not state {key}"
-        node = node[part]
+        name, _, pick = part.partition("[")
+        assert isinstance(node, dict) and name in node, f"{recipe}.yaml does not state {key}"
+        node = node[name]
+        if pick:
+            cls = pick.rstrip("]")
+            found = [c for c in node if c["class_path"].split(".")[-1] == cls]
+            assert len(found) == 1, f"{recipe}.yaml has {len(found)} {cls} callbacks"
+            node = found[0].get("init_args") or {}
     return node
 
 
@@ -166,6 +232,41 @@ def test_paper_recipe_setting(recipe, key, expected, source):
     actual = value(recipe, key)
     wanted = pytest.approx(expected) if isinstance(expected, float) else expected
     assert actual == wanted, f"{recipe}.yaml {key} is {actual!r}; {source} says {expected!r}"
+
+
+#: EVO-RAG's Table 1 as printed (evo_rag.txt Section 3.6): component -> (start, mid, end);
+#: Discovery interpolates start -> mid over an episode, Refinement mid -> end
+PAPER_TABLE_1 = {
+    "retrieval": (2.0, 1.0, 0.5),  # Retrieval Bonus (beta)
+    "action": (1.5, 0.8, 0.4),  # Retrieval Action Penalty (lambda)
+    "overlap": (0.1, 0.5, 1.2),  # Subquery Overlap Penalty (gamma)
+    "backtrack": (0.3, 0.5, 1.0),  # Backtrack Penalty (delta)
+    "refusal": (0.5, 0.5, 0.5),  # Refusal Reward (rho)
+    "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
+    "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
+}
+
+
+@pytest.mark.parametrize("stage, early, late", [("discovery", 0, 1), ("refinement", 1, 2)])
+def test_evo_rag_recipe_weights_are_table_1(stage, early, late):
+    """The weights the EVO-RAG recipe trains with, at t = 0 and t = T_max of each stage, are
+    Table 1's printed anchors (w_k(0) = w_early, w_k(T_max) = w_late, Section 3.6)."""
+    from lit_rag.callbacks import RewardWeightScheduler
+    from lit_rag.plugins.rewards.evo_rag import EvoRagReward
+
+    args = {k: v for k, v in value("evo_rag", "model.reward.init_args").items() if k != "verifier"}
+    sched_args = value("evo_rag", "trainer.callbacks[RewardWeightScheduler]")
+
+    class Module:
+        reward = EvoRagReward(**args)
+
+    RewardWeightScheduler(**sched_args).set_stage(Module, stage)
+    t_max = args["t_max"]
+    for t, col in ((0, early), (t_max, late)):
+        weights = Module.reward.weights_at(t)
+        assert set(weights) == set(PAPER_TABLE_1)
+        for k, row in PAPER_TABLE_1.items():
+            assert weights[k] == pytest.approx(row[col]), (stage, t, k)
 
 
 def test_every_paper_recipe_states_its_optimizer():

@@ -171,9 +171,11 @@ def test_recipe_fits_for_its_two_steps(monkeypatch, tmp_path: Path) -> None:
     with metrics.open(newline="") as f:
         steps = [row for row in csv.DictReader(f) if row.get("reward/total")]
     assert [int(row["step"]) for row in steps] == [0, 1]
+    # both rewards score 0 without a complete <answer> pair, which the random model's 8 sampled
+    # tokens never spell out ("<answer>" and "</answer>" are 3 + 4 specific tokens of 512)
     for row in steps:
-        assert 0.0 <= float(row["reward/brevity"]) <= 1.0
-        assert 0.0 <= float(row["reward/length"]) <= 1.0
+        assert float(row["reward/brevity"]) == 0.0
+        assert float(row["reward/length"]) == 0.0
         float(row["train/loss"])
-    # batch_size 2 x group_size 2 = 4 rollouts per step; at least one call per step
-    assert len(calls) >= 2 and set(calls) == {4}
+    # batch_size 2 x group_size 2 = 4 rollouts per step; one estimator call per step
+    assert calls == [4, 4]

@@ -43,7 +43,7 @@ def test_trimmed_micro_batch_logprobs_match_the_padded_batch():
         full = completion_logprobs(model, batch.input_ids, batch.attention_mask, width)
         for rows in (torch.tensor([1, 3]), torch.tensor([2]), torch.tensor([0, 1, 2, 3])):
             micro = batch.rows(rows)
-            trimmed = module._logprobs(model, micro, width)
+            trimmed = module.update.logprobs(model, micro, width)
             mask = micro.completion_mask > 0
             assert trimmed.shape == (len(rows), width)
             assert torch.allclose(trimmed[mask], full[rows][mask], atol=1e-5)

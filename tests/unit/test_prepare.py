@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from lit_rag import prepare
+from lit_rag import prepare, prepare_files
 from lit_rag.cli import main
 from lit_rag.data.readers import read_litrag
 from lit_rag.errors import InputError
+from lit_rag.prepare_sampling import question_key
 from lit_rag.retrieval.corpus import read_corpus
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -145,7 +146,7 @@ def test_arena_writes_table_2_counts_and_keeps_evaluation_out_of_train(tmp_path,
                                  "musique-train": 5_000}  # fmt: skip
     assert sources_of(val) == {"hotpotqa-train": 200, "2wiki-train": 200, "musique-train": 100}
     assert [e.meta["source"] for e in train[:30]] != sorted(e.meta["source"] for e in train[:30])
-    for name, source in zip(("hotpotqa", "2wiki", "musique"), DEVS):
+    for name, source in zip(("hotpotqa", "2wiki", "musique"), DEVS, strict=True):
         test = read_litrag(out / f"test_{name}.jsonl")
         assert sources_of(test) == {source: 500}
         assert all(e.references and e.gold_ids for e in test)  # paragraphs kept as references
@@ -170,8 +171,8 @@ def test_a_train_question_that_is_an_evaluation_question_is_dropped_and_counted(
     assert not (out / "train.jsonl").exists()  # --eval-only: the test files only
     prepare.prepare(prepare.paper("evo_rag"), out, {"hotpotqa-train": train, "hotpotqa-dev": dev})
     written = read_litrag(out / "train.jsonl")
-    keys = {prepare.question_key(e.question) for e in written}
-    assert not keys & {prepare.question_key(q) for q in dev_questions.values()}
+    keys = {question_key(e.question) for e in written}
+    assert not keys & {question_key(q) for q in dev_questions.values()}
     assert len(written) == 55  # 60 records, 5 of them evaluation questions
     assert manifest(out)["dropped_duplicates"] == {"train.jsonl": {"hotpotqa-train": 5}}
 
@@ -378,7 +379,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
             raise RuntimeError("cut")  # killed half-way
 
     with pytest.raises(RuntimeError):
-        prepare._atomic(target, write)
+        prepare_files.atomic(target, write)
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.jsonl"]
 

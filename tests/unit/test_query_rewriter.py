@@ -130,7 +130,7 @@ def test_siblings_share_the_state_and_make_a_dpo_pair(tiny_policy, retriever):
     )
     trajectories = env.rollout([EX], engine, group_size=2, params=PARAMS)
     assert len(engine.prompts[0]) == 2 and engine.prompts[0][0] == engine.prompts[0][1]  # one state
-    assert [t.meta["state"] for t in trajectories] == ["0:0", "0:0"]
+    assert [(t.contract.state, t.contract.step) for t in trajectories] == [("0:0", 0), ("0:0", 0)]
     assert trajectories[0].prompt_text == trajectories[1].prompt_text  # the shared state
     assert [[s.action for s in t.steps] for t in trajectories] == [["search", "answer"], ["refuse"]]
     assert tok.decode(trajectories[1].completion_ids) == "<refuse></refuse>"  # the action compared

@@ -264,7 +264,7 @@ def test_sample_logger_writes_segments_for_inserted_tokens(tmp_path: Path) -> No
     ]
     ids = [tok(text, add_special_tokens=False)["input_ids"] for text, _ in pieces]
     completion = torch.tensor([i for part in ids for i in part])
-    mask = torch.tensor([m for part, (_, m) in zip(ids, pieces) for _ in part])
+    mask = torch.tensor([m for part, (_, m) in zip(ids, pieces, strict=True) for _ in part])
     example = Example(id="q", question="?", answers=["Mira"])
     multi = Trajectory(
         example,

@@ -9,6 +9,7 @@ import torch
 from helpers import ScriptedPolicy
 
 from lit_rag import registry
+from lit_rag.api import R2AGEpisode, R2AGTree, TreeVertex
 from lit_rag.plugins.environments.retrieval_tree import (
     R2AG_PROMPT,
     Expansion,
@@ -112,7 +113,7 @@ def traj(steps, prior=(), stop=False, think=True, segments=1, truncated=False, e
         "",
         steps=steps,
         truncated=truncated,
-        meta={"prior": list(prior), "stop": stop, "think": think, "segments": segments, "depth": 1},
+        contract=R2AGEpisode(depth=1, prior=list(prior), think=think, stop=stop, segments=segments),
     )
 
 
@@ -185,7 +186,7 @@ def test_ap_credits_each_gold_document_once():
     assert float(R2AGReward()([both]).components["ap"][0]) == pytest.approx(1 / 3)
     assert float(R2AGReward(ap_hits="any")([both]).components["ap"][0]) == pytest.approx(2 / 3)
     full = traj3(
-        [Step("base", q, [g]) for q, g in zip("abc", ["g1", "g2", "g3"])]
+        [Step("base", q, [g]) for q, g in zip("abc", ["g1", "g2", "g3"], strict=True)]
         + [Step("predicted", "p", ["g1"])]
     )
     assert float(R2AGReward()([full]).components["ap"][0]) == pytest.approx(1.0)
@@ -205,15 +206,13 @@ def test_pruning_keeps_gold_branches_and_dedupes(tiny_policy, retriever):
     ]
     trajectories, _ = expand(env, tok, outputs)
     contexts = env.next_contexts(trajectories)
-    by_found = {tuple(c.meta["r2ag"]["retrieved"]): c for c in contexts}
+    by_found = {tuple(c.contract.retrieved): c for c in contexts}
     # g1-only twice -> one context; root-only; complete -> none
     assert set(by_found) == {("g1",), ()}
     pruned = by_found[("g1",)]
     assert [p.id for p in pruned.references] == ["g1"]
-    assert pruned.meta["r2ag"]["depth"] == 1
-    assert pruned.meta["r2ag"]["tree"] == [
-        {"query": "who founded Orbel Mills", "kind": "base", "passage_ids": ["g1"], "depth": 1}
-    ]
+    assert pruned.contract.depth == 1
+    assert pruned.contract.tree == [TreeVertex("who founded Orbel Mills", "base", ["g1"], 1)]
     assert by_found[()].references == []  # root only: no accurate branch
     # the next expansion reads the kept evidence and scores against it
     (t,), engine = expand(
@@ -223,15 +222,13 @@ def test_pruning_keeps_gold_branches_and_dedupes(tiny_policy, retriever):
         example=pruned,
     )
     assert "[1] Orbel Mills: Orbel Mills is a paper company" in engine.prompts[0][0]
-    assert t.meta["prior"] == ["g1"] and t.steps[0].passage_ids == ["g2"]
+    assert t.contract.prior == ["g1"] and t.steps[0].passage_ids == ["g2"]
     assert float(R2AGReward()([t]).components["multi_hit"][0]) == 1.0
     # past L_MAX-I nothing re-enters the pool
-    deep = Example(
-        **{**pruned.__dict__, "meta": {"r2ag": {"depth": 4, "retrieved": ["g1"], "tree": []}}}
-    )
+    deep = Example(**{**pruned.__dict__, "contract": R2AGTree(depth=4, retrieved=["g1"])})
     (t,), _ = expand(env, tok, ["<think>x</think><base-Q>boats</base-Q>"], example=deep)
     assert env.next_contexts([t]) == []
-    assert tree_state(EX) == {"depth": 0, "retrieved": [], "tree": []}
+    assert tree_state(EX) == R2AGTree(depth=0, retrieved=[], tree=[])
 
 
 def test_inference_expands_until_stop_then_reads(tiny_policy, retriever):
@@ -256,8 +253,9 @@ def test_inference_expands_until_stop_then_reads(tiny_policy, retriever):
     trajectories = env.validation_rollout(
         [EX, other], engine, SamplingParams(max_new_tokens=512, temperature=0)
     )
-    assert [t.meta["ranked"] for t in trajectories] == [["g1", "g2"], ["n2"]]
-    assert [t.meta["iterations"] for t in trajectories] == [3, 2]
+    trees = [t.contract.inference for t in trajectories]
+    assert [tree.ranked for tree in trees] == [["g1", "g2"], ["n2"]]
+    assert [tree.iterations for tree in trees] == [3, 2]
     # the second expansion reads the first's document
     assert "[1] Orbel Mills" in engine.prompts[1][0]
     assert [env.extract_answer(t) for t in trajectories] == ["Kessa", "ships"]
@@ -309,7 +307,7 @@ def test_inference_top_t_selection_and_base_variant(
     )
     engine = ScriptedPolicy(tok, [[WIDE], ["<think>b</think><base-Q>stop retrieval</base-Q>"]])
     (t,) = env.validation_rollout([EX], engine, SamplingParams(max_new_tokens=512, temperature=0))
-    assert t.meta["ranked"] == ranked and t.meta["iterations"] == 2
+    assert t.contract.inference.ranked == ranked and t.contract.inference.iterations == 2
     # the second expansion reads only the documents of the kept branches
     second = engine.prompts[1][0]
     assert all(f"[{j + 1}] {CORPUS_BY_ID[pid].title}:" in second for j, pid in enumerate(ranked))

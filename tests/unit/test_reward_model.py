@@ -59,19 +59,32 @@ def test_pair_file_with_bom_and_crlf(tmp_path):
     assert read_pairs(path) == [{"chosen": "a", "rejected": "b"}]
 
 
+def trigrams(text: str) -> set[tuple[str, ...]]:
+    """Every run of three consecutive words (punctuation dropped)."""
+    words = text.replace(":", " ").replace(",", " ").split()
+    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+
 @pytest.mark.parametrize("single_head", [False, True])
 def test_fit_learns_a_planted_preference(tmp_path, single_head):
+    """The planted preference: gold evidence over a refusal. The held-out pairs say it in words
+    training never used (no three-word run in common) about entities it never saw; only the
+    words "gold" and "refuse" carry over, so a memorised phrase or suffix cannot rank them."""
     torch.manual_seed(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    train_wording = [
+        ("search {w} found gold evidence", "search {w} refuse nothing"),
+        ("{w}: gold passage retrieved", "{w}: refuse to answer"),
+    ]
+    held_out_wording = ("the gold document on {w} came back", "no, I refuse {w} now")
 
-    def pair(w: str) -> dict:
-        return {
-            "chosen": f"search {w} found gold evidence",
-            "rejected": f"search {w} refuse nothing",
-        }
+    def pair(w: str, wording: tuple[str, str]) -> dict:
+        return {"chosen": wording[0].format(w=w), "rejected": wording[1].format(w=w)}
 
-    pairs = [pair(w) for w in words[:4] * 4]  # trains on four words
-    held_out = [pair(w) for w in words[4:]]  # validates on two it never saw
+    pairs = [pair(w, t) for w in words[:4] * 4 for t in train_wording]  # four entities
+    held_out = [pair(w, held_out_wording) for w in words[4:]]  # two it never saw
+    seen = set().union(*(trigrams(p[k]) for p in pairs for k in ("chosen", "rejected")))
+    assert not any(trigrams(p[k]) & seen for p in held_out for k in ("chosen", "rejected"))
     train = write_pairs(pairs, tmp_path / "train.jsonl")
     val = write_pairs(held_out, tmp_path / "val.jsonl")
     module = RewardModelModule(encoder=TINY, single_head=single_head, lr=5e-2)

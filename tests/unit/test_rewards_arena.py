@@ -302,24 +302,36 @@ def test_batch_shapes_and_dtype() -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
+    "text, total",
     [
-        "<answer>" * 25_000,  # 200 KB of unclosed nested tags
-        "<answer>" * 12_500 + "paris" + "</answer>" * 12_500,
-        "<relevance>" + "[1," * 70_000 + "</relevance>",
-        "".join(TAGS) * 5_000,
-        "None",
-        "null",
-        "\x00\x01\x1b[31m<answer>\udc80\u202e</answer>",  # NUL, ANSI escape, lone surrogate, RTL
-        "<relevance>[２, ٤]</relevance><analysis>日本語 🎉</analysis><answer>Ｐａｒｉｓ</answer>",
+        # 200 KB of unclosed nested tags: no closed part, every component 0
+        ("<answer>" * 25_000, 0.0),
+        # the innermost pair answers "paris": accuracy 1; "<" inside the answer part fails the
+        # format regex, no relevance part: 0 + 1 + 0 + 0 = 1
+        ("<answer>" * 12_500 + "paris" + "</answer>" * 12_500, 1.0),
+        # "[1,[1,..." is not a JSON list of integers (relevance 0), no answer, no format
+        ("<relevance>" + "[1," * 70_000 + "</relevance>", 0.0),
+        # the regex must end after the first </answer> (format 0); the parts are empty:
+        # relevance 0, and an empty answer never matches (accuracy 0)
+        ("".join(TAGS) * 5_000, 0.0),
+        ("None", 0.0),
+        ("null", 0.0),
+        # NUL, ANSI escape, lone surrogate, RTL: text before the parts (format 0), no gold answer
+        ("\x00\x01\x1b[31m<answer>\udc80\u202e</answer>", 0.0),
+        # the three parts in order (format 1); fullwidth / Arabic-Indic digits are not JSON
+        # integers (relevance 0) and fullwidth "Ｐａｒｉｓ" is not "paris" (accuracy 0): 1
+        (
+            "<relevance>[２, ٤]</relevance><analysis>日本語 🎉</analysis>"
+            "<answer>Ｐａｒｉｓ</answer>",
+            1.0,
+        ),
     ],
 )
-def test_adversarial_inputs_return_numbers(text: str) -> None:
+def test_adversarial_inputs_return_numbers(text: str, total: float) -> None:
     start = time.perf_counter()
     out = ArenaReward()([traj(text)])
     assert time.perf_counter() - start < 5.0  # linear scans: milliseconds
-    assert torch.isfinite(out.total).all()
-    assert 0.0 <= float(out.total[0]) <= 13.0
+    assert out.total.tolist() == [total]
 
 
 def test_nested_answer_uses_innermost_pair() -> None:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from helpers import require_package
 
 from lit_rag.api import exact_match, extract_tag, f1_score, normalize_answer
 from lit_rag.plugins.rewards.qa import ExactMatchReward, F1Reward
@@ -210,11 +211,12 @@ def test_never_raise_on_seeded_random_text() -> None:
 
 
 def test_never_raise_on_arbitrary_text_hypothesis() -> None:
-    hypothesis = pytest.importorskip("hypothesis")
-    st = hypothesis.strategies
+    require_package("hypothesis", "pip install hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
-    @hypothesis.settings(max_examples=200, deadline=None)
-    @hypothesis.given(st.text(), st.lists(st.text(), max_size=3), st.text(max_size=8))
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(), st.lists(st.text(), max_size=3), st.text(max_size=8))
     def run(text: str, answers: list[str], tag: str) -> None:
         check_never_raises(text, answers, tag)
 

@@ -136,12 +136,11 @@ def test_a_rank_with_nothing_to_draw_joins_the_other_ranks_refill_rounds():
     varied = [Example(f"v{i}", f"varied question {i}", ["x"]) for i in range(2)]
     rows = module.rollout(varied, module.sampling, 2)
     others = iter([True, True, False])  # the other rank refills twice, then stops
-    module._any_rank = lambda mine: mine or next(others)
+    refill = module.refill()
+    refill.any_rank = lambda mine: mine or next(others)
     rollouts = []
-    original = module.rollout
-    module.rollout = lambda examples, params, g: (
-        rollouts.append(list(examples)) or original(examples, params, g)
-    )
-    rows, rewards, used = module._refill(rows, module.reward(rows), target=2, rounds=3)
+    original = refill.rollout
+    refill.rollout = lambda examples: rollouts.append(list(examples)) or original(examples)
+    rows, rewards, used = refill.run(rows, module.reward(rows), target=2, rounds=3)
     assert rollouts == [[], []] and used == 2  # two empty rollouts beside the other rank's rounds
     assert len(rows) == 4 and module.algorithm.informative_groups(rows, rewards) == 2

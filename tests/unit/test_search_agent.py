@@ -10,6 +10,7 @@ from lit_rag.plugins.environments.search_agent import (
     EVAL_RAR_PROMPT,
     INVALID_ACTION_MESSAGE,
     SearchAgentEnvironment,
+    SearchEpisode,
     final_answer,
 )
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
@@ -69,7 +70,8 @@ def test_search_information_evaluate_answer(tiny_policy, retriever):
     assert traj.steps[0].query == "Orbel Mills founder Tolvan"
     assert traj.steps[0].passage_ids == ["p1", "p2"]
     assert traj.steps[2].passage_ids[0] == "p2"
-    assert traj.meta == {"stop_reason": "answer", "turns": 2} and not traj.truncated
+    assert traj.contract == SearchEpisode("answer", 2) and not traj.truncated
+    assert traj.meta == {}  # free-form: the environment writes none of its own keys there
     # the policy's segments are in the loss, the environment's insertions are not
     runs = segments(traj, tok)
     assert [m for _, m in runs] == [1, 0, 1, 0, 1]  # act | info | eval, act | info | eval, answer
@@ -83,7 +85,7 @@ def test_search_information_evaluate_answer(tiny_policy, retriever):
     assert torch.all(traj.sampling_logprobs[traj.loss_mask == 1] == -0.25)
     assert tok.decode(traj.completion_ids) == traj.text
     # every generation sees the prompt and everything so far; the phases stop where Algorithm 1 says
-    prompts, params = zip(*engine.log)
+    prompts, params = zip(*engine.log, strict=True)
     assert EVAL_RAR_PROMPT.format(question=EX.question) in prompts[0][0]
     assert prompts[1][0].endswith(info)  # evaluation right after the documents
     assert params[0].stop == ["</search>", "</answer>"]
@@ -97,7 +99,7 @@ def test_invalid_action_appends_the_message_and_counts_a_turn(tiny_policy, retri
     calls = [["I am not sure, Kessa maybe."], ["<search></search>"], ["<answer>Kessa</answer>"]]
     (traj,), engine = run(env, tok, calls)
     assert [s.action for s in traj.steps] == ["invalid", "invalid", "answer"]  # empty query too
-    assert traj.meta["turns"] == 2
+    assert traj.contract.turns == 2
     runs = segments(traj, tok)
     assert runs[1] == (INVALID_ACTION_MESSAGE, 0) and runs[3] == (INVALID_ACTION_MESSAGE, 0)
     assert engine.log[1][0][0].endswith("My action is wrong. Let me try again.\n")
@@ -113,7 +115,7 @@ def test_turn_budget_ends_the_episode(tiny_policy, retriever):
         ["<evaluate>?</evaluate>"],
     ]  # no third act call
     (traj,), _ = run(env, tok, calls)
-    assert traj.meta == {"stop_reason": "max_turns", "turns": 2}
+    assert traj.contract == SearchEpisode("max_turns", 2)
     assert not traj.truncated and env.extract_answer(traj) == ""
 
 
@@ -122,7 +124,7 @@ def test_token_budget_truncates_cleanly(tiny_policy, retriever):
     env = SearchAgentEnvironment(retriever, max_turns=4, max_response_tokens=60)
     calls = [["<search>Orbel Mills founder</search>"]]  # the documents overflow the budget
     (traj,), _ = run(env, tok, calls)
-    assert traj.truncated and traj.meta["stop_reason"] == "max_response_tokens"
+    assert traj.truncated and traj.contract.stop_reason == "max_response_tokens"
     assert traj.completion_ids.numel() == 60
     # a generation longer than what is left is cut to the budget
     env = SearchAgentEnvironment(retriever, max_response_tokens=10)
@@ -184,7 +186,11 @@ def test_information_block_cut_as_search_r1s_max_obs_length(tiny_policy, retriev
     assert block.endswith("</information>\n\n") and len(block_ids) > 12
     cut = SearchAgentEnvironment(retriever, top_k=2, evaluate=False, max_information_tokens=12)
     (traj,), engine = run(cut, tok, calls)
-    inserted = [i for i, m in zip(traj.completion_ids.tolist(), traj.loss_mask.tolist()) if m == 0]
+    inserted = [
+        i
+        for i, m in zip(traj.completion_ids.tolist(), traj.loss_mask.tolist(), strict=True)
+        if m == 0
+    ]
     assert inserted == block_ids[:12]  # the first 12 token ids of the uncut block, nothing more
     assert "</information>" not in tok.decode(inserted)  # the closing tag went with the cut
     assert engine.log[1][0][0].endswith(tok.decode(block_ids[:12]))
@@ -296,23 +302,22 @@ def test_answer_after_max_turns_is_searchr1s_final_generation(tiny_policy, retri
         ["<evaluate>born in Kessa</evaluate>"],
     ]
     (traj,), engine = run(SearchAgentEnvironment(retriever, max_turns=2), tok, two_turns)
-    assert len(engine.log) == 4 and traj.meta == {"stop_reason": "max_turns", "turns": 2}
+    assert len(engine.log) == 4 and traj.contract == SearchEpisode("max_turns", 2)
     assert final_answer(traj) is None
 
     env = SearchAgentEnvironment(retriever, max_turns=2, answer_after_max_turns=True)
     (traj,), engine = run(env, tok, two_turns + [["<answer>Kessa</answer>"]])
     assert [s.action for s in traj.steps] == ["search", "evaluate", "search", "evaluate", "answer"]
-    assert traj.meta == {"stop_reason": "answer", "turns": 2}  # the final generation is no turn
+    assert traj.contract == SearchEpisode("answer", 2)  # the final generation is no turn
     assert env.extract_answer(traj) == "Kessa"
     assert engine.log[4][1].stop == ["</search>", "</answer>"]
-    assert engine.log[4][0][0].endswith(
-        "born in Kessa</evaluate>"
-    )  # asked right after the evaluation
+    # asked right after the evaluation
+    assert engine.log[4][0][0].endswith("born in Kessa</evaluate>")
 
     # a search written in the final generation is not executed: no documents, the episode ends
     (traj,), engine = run(env, tok, two_turns + [["<search>Kessa region</search>"]])
     assert traj.steps[-1].action == "unanswered" and not traj.steps[-1].passage_ids
-    assert traj.meta == {"stop_reason": "max_turns", "turns": 2}
+    assert traj.contract == SearchEpisode("max_turns", 2)
     assert "<information>" not in tok.decode(traj.completion_ids).split("Kessa region")[-1]
     assert env.metrics([traj])["answered"] == pytest.approx(0.0)
 
@@ -366,7 +371,7 @@ def test_answer_written_inside_the_evaluation_records_the_evaluation(tiny_policy
         b.steps[1].text == "<evaluate>Doc 1: born in Kessa. "
         and b.steps[2].text == "<answer>Kessa</answer>"
     )
-    assert a.meta["stop_reason"] == b.meta["stop_reason"] == "answer"
+    assert a.contract.stop_reason == b.contract.stop_reason == "answer"
     assert env.extract_answer(a) == env.extract_answer(b) == "Kessa"
     assert env.metrics([a, b])["evaluations"] == pytest.approx(1.5)
     assert env.metrics([a, b])["valid_searches"] == pytest.approx(1.5)  # (2 + 1) / 2

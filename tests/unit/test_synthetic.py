@@ -90,7 +90,7 @@ def test_answer_follows_the_chain(world: SyntheticWorld, examples: list) -> None
         first = facts[ex.gold_ids[0]]  # hop 1 links the named entity to the next one
         value = first.subject if first.subject in ex.question else first.object
         assert value in ex.question
-        for rel, gold_id in zip(ex.meta["chain"], ex.gold_ids):
+        for rel, gold_id in zip(ex.meta["chain"], ex.gold_ids, strict=True):
             fact = facts[gold_id]
             assert value in (fact.subject, fact.object)  # each gold paragraph states its hop
             value = world.forward[rel][value]

@@ -105,7 +105,7 @@ def test_sampling_logprobs_match_the_policy_and_groups_share_a_request(folder) -
     gens = engine.generate(grouped, params)
     assert len(gens) == 6
     assert len({tuple(g.token_ids.tolist()) for g in gens[:3]}) > 1  # n=3 samples differ
-    for prompt, gen in zip(grouped, gens):
+    for prompt, gen in zip(grouped, gens, strict=True):
         assert len(gen.token_ids) == len(gen.logprobs) > 0
         assert gen.text == tok.decode(gen.token_ids, skip_special_tokens=True)
         mine = _trainer_logprobs(model, prompt, gen.token_ids, temperature=0.8)

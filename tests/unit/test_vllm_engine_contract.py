@@ -87,118 +87,136 @@ def completion(ids: list[int], finish_reason: str = "stop") -> CompletionOutput:
     """A completion whose i-th token has log-prob -(i + 1) / 10, as vLLM returns it with
     ``logprobs=0`` (the sampled token's entry only)."""
     steps = [{t: Logprob(-(i + 1) / 10, rank=1)} for i, t in enumerate(ids)]
-    total = sum(s[t].logprob for s, t in zip(steps, ids))
+    total = sum(s[t].logprob for s, t in zip(steps, ids, strict=True))
     return CompletionOutput(0, "", list(ids), total, steps, finish_reason)
+
+
+class SamplingParamsFake:  # vllm.SamplingParams: keep the kwargs
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class LoRARequestFake:  # vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)
+    def __init__(self, lora_name: str, lora_int_id: int, lora_path: str = ""):
+        self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+
+
+class WorkerModelFake:  # the worker's model: load_weights(weights=iterable of (name, tensor))
+    def __init__(self, fake: FakeVLLM):
+        self.fake = fake
+
+    def load_weights(self, weights):
+        self.fake.events.append("load_weights")
+        self.fake.loaded.append([(name, t.detach().clone()) for name, t in weights])
+
+
+class LLMEngineFake:  # vllm.v1.engine.llm_engine.LLMEngine: add_request / step
+    def __init__(self, fake: FakeVLLM):
+        self.fake = fake
+        self.model_config = SimpleNamespace(dtype=torch.float32)
+        self.pending: list[tuple[str, dict, object]] = []
+
+    def add_request(self, request_id, prompt, params, lora_request=None):
+        self.pending.append((request_id, prompt, params))
+        self.fake.generate_calls.append(
+            dict(prompt=prompt, sampling=params.kwargs, lora_request=lora_request)
+        )
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.pending)
+
+    def step(self):  # every pending request finishes in one step
+        script = self.fake.script
+        self.fake.events.append("generate")
+        out = []
+        for i, (request_id, prompt, params) in enumerate(self.pending):
+            done = [
+                script.pop(0) if script else completion([40 + i, 41])
+                for _ in range(params.kwargs["n"])
+            ]
+            for index, c in enumerate(done):
+                c.index = index
+            out.append(RequestOutput(request_id, None, prompt["prompt_token_ids"], None, done))
+        self.pending = []
+        return out
+
+
+class LLMFake:
+    """vllm.LLM. :func:`install_fake_vllm` subclasses it with the recorder (``fake``), the one
+    worker, whether workers have ``reload_weights`` and a ``wake_up`` of the vLLM version."""
+
+    fake: FakeVLLM
+    worker: SimpleNamespace
+    reload: bool
+
+    def __init__(self, **kwargs):
+        self.fake.events.append("LLM")
+        self.fake.llm_kwargs = kwargs
+        self.llm_engine = LLMEngineFake(self.fake)
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        if callable(method):  # a function shipped to every worker
+            self.fake.events.append("collective_rpc(function)")
+            return [method(self.worker, *args, **(kwargs or {}))]
+        if method != "reload_weights" or not self.reload:
+            raise AttributeError(f"'Worker' object has no attribute '{method}'")
+        self.fake.events.append("reload_weights")
+        self.fake.loaded.append(
+            [(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]]
+        )
+        return [None]
+
+    def sleep(self, level: int = 1):
+        self.fake.events.append(f"sleep(level={level})")
+
+    def reset_prefix_cache(self, device=None) -> bool:
+        self.fake.events.append("reset_prefix_cache")
+        return True
+
+
+def wake_up_by_tags(self, tags: list[str] | None = None):  # LLM.wake_up of vLLM >= 0.8.5
+    self.fake.events.append(f"wake_up(tags={tags})" if tags else "wake_up()")
+
+
+def wake_up_all(self):  # LLM.wake_up of older vLLM: everything at once
+    self.fake.events.append("wake_up()")
+
+
+#: the vLLM modules the engine imports from
+FAKE_MODULES = (
+    "vllm",
+    "vllm.lora",
+    "vllm.lora.request",
+    "vllm.platforms",
+    "vllm.sampling_params",
+    "vllm.model_executor",
+    "vllm.model_executor.model_loader",
+    "vllm.model_executor.model_loader.utils",
+)
 
 
 def install_fake_vllm(monkeypatch, wake_up_tags: bool = True, reload: bool = True) -> FakeVLLM:
     """A fake ``vllm`` on a CUDA platform; ``reload=False``: workers without ``reload_weights``."""
     fake = FakeVLLM()
-
-    class SamplingParamsFake:  # vllm.SamplingParams: keep the kwargs
-        def __init__(self, **kwargs):
-            self.kwargs = kwargs
-
-    class LoRARequestFake:  # vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)
-        def __init__(self, lora_name: str, lora_int_id: int, lora_path: str = ""):
-            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
-
-    class VLLMModel:  # the worker's model: load_weights(weights=iterable of (name, tensor))
-        def load_weights(self, weights):
-            fake.events.append("load_weights")
-            fake.loaded.append([(name, t.detach().clone()) for name, t in weights])
-
     worker = SimpleNamespace(
-        model_runner=SimpleNamespace(model=VLLMModel(), model_config=None), device="cuda"
+        model_runner=SimpleNamespace(model=WorkerModelFake(fake), model_config=None),
+        device="cuda",
     )
-
-    class LLMEngine:  # vllm.v1.engine.llm_engine.LLMEngine: add_request / step
-        def __init__(self):
-            self.model_config = SimpleNamespace(dtype=torch.float32)
-            self.pending: list[tuple[str, dict, object]] = []
-
-        def add_request(self, request_id, prompt, params, lora_request=None):
-            self.pending.append((request_id, prompt, params))
-            fake.generate_calls.append(
-                dict(prompt=prompt, sampling=params.kwargs, lora_request=lora_request)
-            )
-
-        def has_unfinished_requests(self) -> bool:
-            return bool(self.pending)
-
-        def step(self):  # every pending request finishes in one step
-            fake.events.append("generate")
-            out = []
-            for i, (request_id, prompt, params) in enumerate(self.pending):
-                done = [
-                    fake.script.pop(0) if fake.script else completion([40 + i, 41])
-                    for _ in range(params.kwargs["n"])
-                ]
-                for index, c in enumerate(done):
-                    c.index = index
-                out.append(RequestOutput(request_id, None, prompt["prompt_token_ids"], None, done))
-            self.pending = []
-            return out
-
-    class LLM:
-        def __init__(self, **kwargs):
-            fake.events.append("LLM")
-            fake.llm_kwargs = kwargs
-            self.llm_engine = LLMEngine()
-
-        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
-            if callable(method):  # a function shipped to every worker
-                fake.events.append("collective_rpc(function)")
-                return [method(worker, *args, **(kwargs or {}))]
-            if method != "reload_weights" or not reload:
-                raise AttributeError(f"'Worker' object has no attribute '{method}'")
-            fake.events.append("reload_weights")
-            fake.loaded.append(
-                [(name, t.detach().clone()) for name, t in kwargs["weights_iterator"]]
-            )
-            return [None]
-
-        def sleep(self, level: int = 1):
-            fake.events.append(f"sleep(level={level})")
-
-        def reset_prefix_cache(self, device=None) -> bool:
-            fake.events.append("reset_prefix_cache")
-            return True
-
-    if wake_up_tags:  # vLLM >= 0.8.5
-
-        def wake_up(self, tags: list[str] | None = None):
-            fake.events.append(f"wake_up(tags={tags})" if tags else "wake_up()")
-    else:  # older vLLM: everything at once
-
-        def wake_up(self):
-            fake.events.append("wake_up()")
-
-    LLM.wake_up = wake_up
+    wake_up = wake_up_by_tags if wake_up_tags else wake_up_all
+    llm = type(
+        "LLM", (LLMFake,), {"fake": fake, "worker": worker, "reload": reload, "wake_up": wake_up}
+    )
 
     def process_weights_after_loading(model, model_config, device):
         fake.events.append("process_weights_after_loading")
 
-    modules = {
-        name: types.ModuleType(name)
-        for name in (
-            "vllm",
-            "vllm.lora",
-            "vllm.lora.request",
-            "vllm.platforms",
-            "vllm.sampling_params",
-            "vllm.model_executor",
-            "vllm.model_executor.model_loader",
-            "vllm.model_executor.model_loader.utils",
-        )
-    }
-    modules["vllm"].LLM, modules["vllm"].SamplingParams = LLM, SamplingParamsFake
+    modules = {name: types.ModuleType(name) for name in FAKE_MODULES}
+    modules["vllm"].LLM, modules["vllm"].SamplingParams = llm, SamplingParamsFake
     modules["vllm.lora.request"].LoRARequest = LoRARequestFake
     modules["vllm.sampling_params"].RequestOutputKind = SimpleNamespace(FINAL_ONLY="final_only")
     modules["vllm.platforms"].current_platform = SimpleNamespace(is_cpu=lambda: False)  # "CUDA"
-    modules[
-        "vllm.model_executor.model_loader.utils"
-    ].process_weights_after_loading = process_weights_after_loading
+    loader_utils = modules["vllm.model_executor.model_loader.utils"]
+    loader_utils.process_weights_after_loading = process_weights_after_loading
     for name, mod in modules.items():
         monkeypatch.setitem(sys.modules, name, mod)
     for var in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
@@ -243,11 +261,8 @@ def test_sampling_translation_greedy_top_k_stop_and_budget() -> None:
     sampled = to_vllm_sampling(
         SamplingParams(max_new_tokens=64, temperature=0.9, top_p=0.95, top_k=0)
     )
-    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (
-        0.9,
-        0.95,
-        -1,
-    )  # 0 -> -1
+    # top_k 0 -> -1
+    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"]) == (0.9, 0.95, -1)
     assert sampled["max_tokens"] == 64 and sampled["stop"] == [] and sampled["n"] == 1
     assert sampled["detokenize"] is False  # no stop strings: the engine decodes ids itself
     assert to_vllm_sampling(SamplingParams(temperature=1.0, top_k=20))["top_k"] == 20

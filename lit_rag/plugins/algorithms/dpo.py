@@ -1,13 +1,14 @@
 """DPO over sibling branches (EVO-RAG, evo_rag.txt Sections 3.3-3.4, Algorithm 1; Rafailov et al.,
 2023).
 
-Pairs: trajectories that branch from the same state (``trajectory.meta["state"]``, else the
-prompt group) are siblings. At each state one pair is selected (Section 3.4, "at each state
-select one positive/negative action pair with margin delta = 0.2"): among the siblings that took
-different actions there (Section 3.3, "two trajectory branches ending in different actions"; two
-identical completions give DPO no gradient and would only take a slot), the pair with the
-largest return gap, kept when that gap is at least ``margin``. The return is the sum over steps
-of a step-level reward (``[N, T]``) or the reward itself (``[N]``).
+Pairs: trajectories that branch from the same state (the :class:`~lit_rag.api.Branch` an
+environment hands on, EVO-RAG's ``EvoRagBranch``; else the prompt group) are siblings. At each
+state one pair is selected (Section 3.4, "at each state select one positive/negative action
+pair with margin delta = 0.2"): among the siblings that took different actions there (Section
+3.3, "two trajectory branches ending in different actions"; two identical completions give DPO
+no gradient and would only take a slot), the pair with the largest return gap, kept when that
+gap is at least ``margin``. The return is the sum over steps of a step-level reward
+(``[N, T]``) or the reward itself (``[N]``).
 
 Loss per pair, with sequence log-probs ``log pi(x) = sum_t log pi(x_t)`` over the policy's tokens:
 
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 
 from lit_rag.api import (
     Algorithm,
+    Branch,
     LossOutput,
     Prepared,
     RewardBreakdown,
@@ -67,7 +69,8 @@ def preference_pairs(
     furthest apart, when apart by ``margin``."""
     states: dict[object, list[int]] = {}
     for i, t in enumerate(trajectories):
-        states.setdefault((t.example.id, t.meta.get("state", t.group)), []).append(i)
+        branch = Branch.find(t, "algorithm dpo")
+        states.setdefault((t.example.id, t.group if branch is None else branch.state), []).append(i)
     pairs = []
     for members in states.values():
         ranked = sorted(members, key=lambda i: -float(returns[i]))  # best first (stable on ties)
@@ -232,9 +235,8 @@ class DPO(Algorithm):
         out = []
         for order in orders:
             for chunk in order.split(per_step):
-                rows = (
-                    chunk.unsqueeze(-1) * 2 + torch.arange(2)
-                ).flatten()  # chosen, rejected together
+                # chosen, rejected together
+                rows = (chunk.unsqueeze(-1) * 2 + torch.arange(2)).flatten()
                 out.append((rows, 1.0 / len(chunk)))
         return out
 
@@ -254,9 +256,8 @@ class DPO(Algorithm):
             logp = logp - torch.where(keep, batch.ref_logprobs, 0.0).sum(-1)
         chosen, rejected = logp[0::2], logp[1::2]  # [P]
         margin = self.beta * (chosen - rejected)
-        loss = -F.logsigmoid(
-            margin
-        ).sum()  # the policy module scales by 1 / pairs of the optimizer step
+        # the policy module scales by 1 / pairs of the optimizer step
+        loss = -F.logsigmoid(margin).sum()
         return LossOutput(
             loss=loss,
             metrics={

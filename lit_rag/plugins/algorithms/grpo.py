@@ -64,6 +64,47 @@ AGGREGATIONS = ("sequence", "token", "constant")
 SCALINGS = ("group", "batch", "none")
 
 
+def _check_settings(
+    *,
+    overlong: str,
+    dynamic_sampling_rounds: int,
+    drop_zero_variance_groups: bool,
+    loss_aggregation: str,
+    scale_rewards: str,
+    importance_sampling_cap: float | None,
+    mu: int,
+    mini_batches: int,
+    beta: float,
+    epsilon: float,
+) -> None:
+    """One line naming the bad ``grpo`` setting and what is allowed."""
+    if overlong not in ("keep", "mask"):
+        raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
+    if dynamic_sampling_rounds < 0:
+        raise ValueError(
+            f"grpo dynamic_sampling_rounds must be >= 0, got {dynamic_sampling_rounds}"
+        )
+    if dynamic_sampling_rounds and not drop_zero_variance_groups:
+        raise ValueError("grpo dynamic_sampling_rounds needs drop_zero_variance_groups: true")
+    if loss_aggregation not in AGGREGATIONS:
+        raise ValueError(
+            f"grpo loss_aggregation '{loss_aggregation}' is not known; "
+            f"allowed: {', '.join(AGGREGATIONS)}"
+        )
+    if scale_rewards not in SCALINGS:
+        raise ValueError(
+            f"grpo scale_rewards '{scale_rewards}' is not known; allowed: {', '.join(SCALINGS)}"
+        )
+    if importance_sampling_cap is not None and importance_sampling_cap < 1:
+        raise ValueError(
+            f"grpo importance_sampling_cap must be >= 1 (or null), got {importance_sampling_cap}"
+        )
+    if mu < 1 or mini_batches < 1:
+        raise ValueError(f"grpo mu and mini_batches must be >= 1, got {mu}, {mini_batches}")
+    if beta < 0 or epsilon < 0:
+        raise ValueError(f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}")
+
+
 class GRPO(Algorithm):
     """Group Relative Policy Optimization.
 
@@ -116,34 +157,18 @@ class GRPO(Algorithm):
         policy_loss: str = "ppo_clip",
         policy_loss_args: dict | None = None,
     ) -> None:
-        if overlong not in ("keep", "mask"):
-            raise ValueError(f"grpo overlong '{overlong}' is not known; allowed: keep, mask")
-        if dynamic_sampling_rounds < 0:
-            raise ValueError(
-                f"grpo dynamic_sampling_rounds must be >= 0, got {dynamic_sampling_rounds}"
-            )
-        if dynamic_sampling_rounds and not drop_zero_variance_groups:
-            raise ValueError("grpo dynamic_sampling_rounds needs drop_zero_variance_groups: true")
-        if loss_aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"grpo loss_aggregation '{loss_aggregation}' is not known; "
-                f"allowed: {', '.join(AGGREGATIONS)}"
-            )
-        if scale_rewards not in SCALINGS:
-            raise ValueError(
-                f"grpo scale_rewards '{scale_rewards}' is not known; allowed: {', '.join(SCALINGS)}"
-            )
-        if importance_sampling_cap is not None and importance_sampling_cap < 1:
-            raise ValueError(
-                "grpo importance_sampling_cap must be >= 1 (or null), "
-                f"got {importance_sampling_cap}"
-            )
-        if mu < 1 or mini_batches < 1:
-            raise ValueError(f"grpo mu and mini_batches must be >= 1, got {mu}, {mini_batches}")
-        if beta < 0 or epsilon < 0:
-            raise ValueError(
-                f"grpo beta and epsilon must be >= 0, got beta={beta}, epsilon={epsilon}"
-            )
+        _check_settings(
+            overlong=overlong,
+            dynamic_sampling_rounds=dynamic_sampling_rounds,
+            drop_zero_variance_groups=drop_zero_variance_groups,
+            loss_aggregation=loss_aggregation,
+            scale_rewards=scale_rewards,
+            importance_sampling_cap=importance_sampling_cap,
+            mu=mu,
+            mini_batches=mini_batches,
+            beta=beta,
+            epsilon=epsilon,
+        )
         self.beta = beta
         self.kl_estimator = kl_estimator
         self.kl = kl_estimator_fn(kl_estimator)
@@ -170,7 +195,7 @@ class GRPO(Algorithm):
     def informative_groups(self, trajectories: list[Trajectory], rewards: RewardBreakdown) -> int:
         """Number of groups whose rewards are not all equal (what dynamic sampling counts)."""
         flat = _flat_groups(rewards.total.float(), torch.tensor([t.group for t in trajectories]))
-        return len({t.group for t, f in zip(trajectories, flat.tolist()) if not f})
+        return len({t.group for t, f in zip(trajectories, flat.tolist(), strict=True) if not f})
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
@@ -207,7 +232,7 @@ class GRPO(Algorithm):
         keep = ~flat if self.drop_zero_variance_groups else torch.ones_like(flat)
         if max_groups is not None:  # dynamic sampling: exactly the batch's number of groups
             kept_groups = list(
-                dict.fromkeys(g for g, k in zip(groups.tolist(), keep.tolist()) if k)
+                dict.fromkeys(g for g, k in zip(groups.tolist(), keep.tolist(), strict=True) if k)
             )
             allowed = set(kept_groups[:max_groups])
             keep = keep & torch.tensor([g in allowed for g in groups.tolist()])
@@ -215,7 +240,7 @@ class GRPO(Algorithm):
             "zero_variance_group_fraction": flat.float().mean(),
             "reward_std_in_group": _mean_group_std(total, groups),
         }
-        kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+        kept = [t for t, k in zip(trajectories, keep.tolist(), strict=True) if k]
         if not kept:
             return Prepared(batch=None, metrics=metrics)
         batch = collate(kept)

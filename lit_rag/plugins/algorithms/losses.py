@@ -68,9 +68,8 @@ def gspo(
     adv = advantages.unsqueeze(-1)  # [B, 1]
     lengths = mask.sum(-1).clamp(min=1)  # [B]
     log_s = ((logprobs - old_logprobs) * mask).sum(-1) / lengths  # [B]
-    ratio = torch.exp(
-        log_s.detach().unsqueeze(-1) + logprobs - logprobs.detach()
-    )  # [B, C], value s_i
+    # [B, C], value s_i
+    ratio = torch.exp(log_s.detach().unsqueeze(-1) + logprobs - logprobs.detach())
     clipped = ratio.clamp(1 - config.epsilon_low, 1 + config.epsilon_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # [B, C]
     s = log_s.detach().exp()  # [B]

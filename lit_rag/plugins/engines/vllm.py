@@ -95,6 +95,7 @@ from lit_rag.api import (
 )
 
 from . import vllm_ranks
+from .vllm_settings import check_settings
 from .vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
     INSTALL_HINT,
     global_rng_state,
@@ -109,8 +110,6 @@ from .vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
     unwrapped,
 )
 
-LORA_SYNC = ("merge", "adapter")
-LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 # max_lora_rank values vLLM's LoRAConfig accepts; a peft rank is rounded up to the next one
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -170,32 +169,14 @@ class VLLMEngine(RolloutEngine):
         seed: int | None = None,
         logprobs_mode: str = "processed_logprobs",
     ) -> None:
-        if lora_sync not in LORA_SYNC:
-            raise ValueError(
-                f"engine lora_sync '{lora_sync}' is not known; allowed: {', '.join(LORA_SYNC)}"
-            )
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"engine gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-            )
-        if kv_cache_gib is not None and kv_cache_gib <= 0:
-            raise ValueError(f"engine kv_cache_gib must be > 0, got {kv_cache_gib}")
-        if sleep_level not in (1, 2):
-            raise ValueError(f"engine sleep_level must be 1 or 2, got {sleep_level}")
-        if sleep_level == 2 and lora_sync == "adapter":
-            raise ValueError(
-                "engine sleep_level 2 drops the base weights, which lora_sync "
-                "'adapter' never pushes; use sleep_level: 1 or lora_sync: merge"
-            )
-        if tensor_parallel_size < 1:
-            raise ValueError(
-                f"engine tensor_parallel_size must be >= 1, got {tensor_parallel_size}"
-            )
-        if logprobs_mode not in LOGPROBS_MODES:
-            raise ValueError(
-                f"engine logprobs_mode '{logprobs_mode}' is not supported; "
-                f"allowed: {', '.join(LOGPROBS_MODES)}"
-            )
+        check_settings(
+            lora_sync,
+            gpu_memory_utilization,
+            kv_cache_gib,
+            sleep_level,
+            tensor_parallel_size,
+            logprobs_mode,
+        )
         self.model_path = model_path
         self.dtype = dtype
         self.kv_cache_gib = kv_cache_gib
@@ -349,7 +330,8 @@ class VLLMEngine(RolloutEngine):
             if owner == self._group_rank:
                 completions = sorted(out.outputs, key=lambda c: c.index)
                 done.extend(
-                    (t, to_generation(c, self.tokenizer)) for t, c in zip(tickets, completions)
+                    (t, to_generation(c, self.tokenizer))
+                    for t, c in zip(tickets, completions, strict=True)
                 )
         return done
 

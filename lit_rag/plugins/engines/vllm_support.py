@@ -103,7 +103,7 @@ def to_generation(completion, tokenizer=None) -> Generation:
             f"vLLM returned {got} log-prob entries for {len(ids)} tokens; expected one per token"
         )
     picked = []
-    for position, (token, step) in enumerate(zip(ids, steps)):
+    for position, (token, step) in enumerate(zip(ids, steps, strict=True)):
         if token not in step:
             raise RuntimeError(
                 f"vLLM log-probs lack the sampled token {token} at position {position}"

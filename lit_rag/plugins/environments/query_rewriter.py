@@ -19,7 +19,8 @@ Preferences (Section 3.3-3.4): the main episode of each question is rolled out, 
 each branch is rolled forward to its end; the main path's action is the remaining sibling.
 Every sibling is one :class:`Trajectory` whose prompt is the shared state and whose completion
 is the action taken there (what DPO compares), with ``steps`` = the whole episode (prefix and
-branch, for the step rewards) and ``meta["state"]`` naming the branching state.
+branch, for the step rewards) and an :class:`EvoRagBranch` (``Trajectory.contract``) naming the
+branching state and the step taken there, with the retrieved documents' text.
 
 Episodes run through the episode loop (``lit_rag/episodes.py``): one handler per state (act,
 then the step's retrieval, then the step applied), each episode's next action submitted as soon
@@ -33,9 +34,13 @@ policy whose output depends only on its prompt gives the same trajectories eithe
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import ClassVar
+
 import torch
 
 from lit_rag.api import (
+    Branch,
     Episode,
     EpisodeLoop,
     Example,
@@ -65,6 +70,23 @@ QUERY_REWRITER_PROMPT = (
 )
 STATE_TEMPLATE = "Question: {question}\n{history}"
 ACTIONS = ("search", "backtrack", "answer", "refuse")
+
+
+@dataclass
+class EvoRagBranch(Branch):
+    """One sibling of EVO-RAG's branching (``Trajectory.contract``): what DPO and the reward
+    model pair by (``state``, ``step``: the :class:`~lit_rag.api.Branch` fields) and what the
+    ``evo_rag`` reward's verifier reads.
+
+    Args:
+        state: ``"<group>:<step>"`` of the shared state.
+        step: Index in ``steps`` of the action taken there.
+        passages: Id -> passage of every document the episode retrieved.
+    """
+
+    producer: ClassVar[str] = "query_rewriter"
+
+    passages: dict[str, Passage] = field(default_factory=dict)
 
 
 def parse_action(text: str) -> tuple[str, str]:
@@ -291,7 +313,7 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             ids, logprobs, finished = gen.token_ids, gen.logprobs, gen.finished
         else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
             prompt, prompt_ids, ids, logprobs, finished = "", [], [], [], True
-        return self.trajectory(
+        trajectory = self.trajectory(
             e.example,
             e.group,
             prompt_ids,
@@ -301,8 +323,9 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             steps=e.steps,
             truncated=not finished,
             prompt_text=prompt,
-            meta={"state": state, "branch_step": t, "passages": dict(e.passages)},
         )
+        trajectory.contract = EvoRagBranch(state, t, dict(e.passages))
+        return trajectory
 
     def extract_answer(self, trajectory: Trajectory) -> str:
         answers = [s.text for s in trajectory.steps if s.action == "answer"]
@@ -327,7 +350,7 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             "refusal_rate": mean(any(s.action == "refuse" for s in t.steps) for t in trajectories),
             "backtrack_rate": mean(
                 sum(s.action == "backtrack" for s in t.steps) / n
-                for t, n in zip(trajectories, n_steps)
+                for t, n in zip(trajectories, n_steps, strict=True)
             ),
             "answered": mean(any(s.action == "answer" for s in t.steps) for t in trajectories),
         }

@@ -12,8 +12,8 @@ expansion the steering model reads the question and the evidence kept so far and
 
 Training (:meth:`RetrievalTreeEnvironment.rollout`) runs one expansion per sample: the
 context is the example (the root, no evidence) or a pruned tree from an earlier iteration
-(``example.meta["r2ag"]``). :meth:`next_contexts` implements the progressive iterative
-training of Algorithm 1 (the RR-Forest): a sample whose tree is not complete (all gold
+(``example.contract``, an :class:`R2AGTree`). :meth:`next_contexts` implements the progressive
+iterative training of Algorithm 1 (the RR-Forest): a sample whose tree is not complete (all gold
 retrieved *and* "stop retrieval" issued) is pruned bottom-up to the branches that hit gold,
 and the pruned tree, with the gold documents found so far as its evidence, is a new context
 for the next iteration (``data.forest: true`` with the ``ProgressiveForest`` callback).
@@ -21,7 +21,8 @@ for the next iteration (``data.forest: true`` with the ``ProgressiveForest`` cal
 Validation (:meth:`validation_rollout`) is inference: each question's tree is expanded until
 "stop retrieval" or ``max_iterations`` expansions, then a reader answers from the retrieved
 documents; the trajectories carry the ranked retrieved ids (Recall, Full-Recall, K, mAP:
-Table 1) and the seconds spent retrieving and generating (Table 4). At each expansion only the
+Table 1) and the seconds spent retrieving and generating (Table 4). Every trajectory hands the
+reward an :class:`R2AGEpisode` (``retrieval_tree_contracts.py``). At each expansion only the
 top-``t`` of the ``x`` branches the model wrote are retrieved and kept (Section 2.2, Remark 2.3:
 the "top-t/x constraint" keeps the top-t candidates "for further expansion"; Appendix C.2
 evaluates ``t = M`` and ``t = M/2``, ``M`` the dataset's maximum hops; Table 1's rows are
@@ -62,6 +63,9 @@ from lit_rag.api import (
     Generate,
     Generation,
     Passage,
+    R2AGEpisode,
+    R2AGInference,
+    R2AGTree,
     Request,
     RetrievalEnvironment,
     Retriever,
@@ -70,6 +74,7 @@ from lit_rag.api import (
     Search,
     Step,
     Trajectory,
+    TreeVertex,
     check_context_overflow,
     encode_prompts,
     extract_tag,
@@ -172,15 +177,10 @@ def select_branches(
     return list(base), (list(kept) if predicted else [])
 
 
-def tree_state(example: Example) -> dict:
-    """The RRT context of an example: ``depth``, ``retrieved`` ids and ``tree`` vertices.
-
-    A plain example is a root: depth 0, nothing retrieved, no evidence.
-    """
-    state = example.meta.get("r2ag")
-    if state is None:
-        return {"depth": 0, "retrieved": [], "tree": []}
-    return state
+def tree_state(example: Example) -> R2AGTree:
+    """The RRT context of an example: its :class:`R2AGTree`; a plain example is the root (depth
+    0, nothing retrieved, no evidence)."""
+    return R2AGTree.find(example, "environment retrieval_tree") or R2AGTree()
 
 
 class RetrievalTreeEnvironment(RetrievalEnvironment):
@@ -244,50 +244,56 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         reader_top_p: float = 1.0,
         context_overflow: str = "drop",
     ) -> None:
-        for name, value in (
-            ("top_k", top_k),
-            ("val_top_k", val_top_k),
-            ("max_iterations", max_iterations),
-            ("max_queries", max_queries),
-        ):
-            if value < 1:
-                raise ValueError(f"environment {name} must be >= 1, got {value}")
-        if reader_max_new_tokens < 1 or reader_temperature < 0 or not 0 < reader_top_p <= 1:
-            raise ValueError(
-                "environment reader_max_new_tokens must be >= 1, reader_temperature >= 0 and "
-                "reader_top_p in (0, 1]; "
-                f"got {reader_max_new_tokens}, {reader_temperature}, {reader_top_p}"
-            )
-        if val_top_t is not None and val_top_t < 1:
-            raise ValueError(
-                f"environment val_top_t must be >= 1 or null (keep every branch), got {val_top_t}"
-            )
-        missing = [f for f in ("{question}", "{evidences}") if f not in user_template]
-        if missing:
-            raise ValueError(
-                f"environment user_template must contain {', '.join(missing)}: {user_template!r}"
-            )
-        if reader_prompt and not all(f in reader_prompt for f in ("{documents}", "{question}")):
-            raise ValueError(
-                "environment reader_prompt must contain {documents} and {question}: "
-                f"{reader_prompt!r}"
-            )
         self.retriever = retriever
         self.top_k, self.val_top_k = top_k, val_top_k
         self.val_top_t, self.val_predicted_queries = val_top_t, val_predicted_queries
         self.max_iterations, self.max_queries = max_iterations, max_queries
-        self.prompt, self.user_template, self.evidence_template = (
-            prompt,
-            user_template,
-            evidence_template,
-        )
-        self.use_chat_template = use_chat_template
+        self.prompt, self.user_template = prompt, user_template
+        self.evidence_template, self.use_chat_template = evidence_template, use_chat_template
         self.reader_prompt, self.reader_max_new_tokens = reader_prompt, reader_max_new_tokens
         self.reader_temperature, self.reader_top_p = reader_temperature, reader_top_p
         self.chat_template_kwargs = chat_template_kwargs
-        self.context_overflow = check_context_overflow(context_overflow)
         self.assistant_prefix = assistant_prefix
         self.example = example
+        self._check_settings()
+        self.context_overflow = check_context_overflow(context_overflow)
+
+    def _check_settings(self) -> None:
+        """Counts, the reader's sampling and the templates' fields (one error naming the key)."""
+        for name, value in (
+            ("top_k", self.top_k),
+            ("val_top_k", self.val_top_k),
+            ("max_iterations", self.max_iterations),
+            ("max_queries", self.max_queries),
+        ):
+            if value < 1:
+                raise ValueError(f"environment {name} must be >= 1, got {value}")
+        tokens, temperature, top_p = (
+            self.reader_max_new_tokens,
+            self.reader_temperature,
+            self.reader_top_p,
+        )
+        if tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError(
+                "environment reader_max_new_tokens must be >= 1, reader_temperature >= 0 and "
+                f"reader_top_p in (0, 1]; got {tokens}, {temperature}, {top_p}"
+            )
+        if self.val_top_t is not None and self.val_top_t < 1:
+            raise ValueError(
+                "environment val_top_t must be >= 1 or null (keep every branch), "
+                f"got {self.val_top_t}"
+            )
+        missing = [f for f in ("{question}", "{evidences}") if f not in self.user_template]
+        if missing:
+            raise ValueError(
+                f"environment user_template must contain {', '.join(missing)}: "
+                f"{self.user_template!r}"
+            )
+        reader = self.reader_prompt
+        if reader and not all(f in reader for f in ("{documents}", "{question}")):
+            raise ValueError(
+                f"environment reader_prompt must contain {{documents}} and {{question}}: {reader!r}"
+            )
 
     # ---- prompts ---------------------------------------------------------------------------
     def format_evidence(self, passages: list[Passage]) -> str:
@@ -303,7 +309,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
     ) -> str:
         """G.1 prompt with the question and the evidence (the example's references by default)."""
         passages = example.references if evidence is None else evidence
-        if tree_state(example)["depth"] == 0 and evidence is None:
+        if tree_state(example).depth == 0 and evidence is None:
             passages = []  # a root has no evidence (dataset references are not retrieval)
         user = self.user_template.format(
             question=example.question, evidences=self.format_evidence(passages)
@@ -346,7 +352,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         is a ``stop`` step."""
         exp = self._parse(e.turns[-1].generation)
         kinds = ["base"] * len(exp.base) + ["predicted"] * len(exp.predicted)
-        for kind, q, hs in zip(kinds, exp.base + exp.predicted, hits):
+        for kind, q, hs in zip(kinds, exp.base + exp.predicted, hits, strict=True):
             e.steps.append(Step(action=kind, query=q, passage_ids=e.retrieved(hs)))
         if exp.stop:
             e.steps.append(Step(action="stop"))
@@ -355,7 +361,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
     def _expansion_trajectory(self, e: Episode) -> Trajectory:
         gen = e.turns[-1].generation
         exp, state = self._parse(gen), tree_state(e.example)
-        return self.trajectory(
+        trajectory = self.trajectory(
             e.example,
             e.group,
             e.prompt_ids,
@@ -365,15 +371,16 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             steps=e.steps,
             truncated=not gen.finished,
             prompt_text=e.prompt_text,
-            meta={
-                "depth": state["depth"],
-                "prior": list(state["retrieved"]),
-                "think": exp.think,
-                "stop": exp.stop,
-                "segments": exp.segments,
-                "passages": dict(e.passages),
-            },
         )
+        trajectory.contract = R2AGEpisode(
+            depth=state.depth,
+            prior=list(state.retrieved),
+            think=exp.think,
+            stop=exp.stop,
+            segments=exp.segments,
+            passages=dict(e.passages),
+        )
+        return trajectory
 
     # ---- the RR-Forest (Algorithm 1): pruned trees re-enter the pool -----------------------
     def next_contexts(self, trajectories: list[Trajectory]) -> list[Example]:
@@ -381,28 +388,23 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         gold documents found per question, for the next iteration (empty past L_MAX-I)."""
         out: dict[tuple[str, frozenset], Example] = {}
         for t in trajectories:
-            depth = int(t.meta.get("depth", 0)) + 1
+            episode = R2AGEpisode.of(t, "environment retrieval_tree (next_contexts)")
+            depth = episode.depth + 1
             gold = set(t.example.gold_ids)
-            prior = list(t.meta.get("prior", []))
+            prior = list(episode.prior)
             retrieved = prior + [pid for s in t.steps for pid in s.passage_ids if pid not in prior]
             found = [pid for pid in dict.fromkeys(retrieved) if pid in gold]
-            complete = gold <= set(retrieved) and bool(t.meta.get("stop"))
+            complete = gold <= set(retrieved) and episode.stop
             if complete or depth >= self.max_iterations or not gold:
                 continue
             key = (t.example.id, frozenset(found))
             if key in out:
                 continue
-            state = tree_state(t.example)
-            passages = dict(t.meta.get("passages", {}))
+            passages = dict(episode.passages)
             passages.update({p.id: p for p in t.example.references})
             # bottom-up pruning: keep only vertices whose retrieval brought gold
-            tree = list(state["tree"]) + [
-                {
-                    "query": s.query,
-                    "kind": s.action,
-                    "passage_ids": [p for p in s.passage_ids if p in gold],
-                    "depth": depth,
-                }
+            tree = list(tree_state(t.example).tree) + [
+                TreeVertex(s.query or "", s.action, [p for p in s.passage_ids if p in gold], depth)
                 for s in t.steps
                 if s.action in ("base", "predicted") and any(p in gold for p in s.passage_ids)
             ]
@@ -412,10 +414,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
                 answers=list(t.example.answers),
                 references=[passages[pid] for pid in found if pid in passages],
                 gold_ids=list(t.example.gold_ids),
-                meta={
-                    **{k: v for k, v in t.example.meta.items() if k != "r2ag"},
-                    "r2ag": {"depth": depth, "retrieved": found, "tree": tree},
-                },
+                meta=dict(t.example.meta),
+                contract=R2AGTree(depth=depth, retrieved=found, tree=tree),
             )
         return list(out.values())
 
@@ -442,32 +442,30 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         generation_s = time.perf_counter() - started
         n = len(examples)
         out = []
-        for e, (ids, lp, text, finished) in zip(trees, answers):
-            out.append(
-                self.trajectory(
-                    e.example,
-                    e.group,
-                    [],  # the trees' prompts are many; the reader's answer is the completion
-                    ids,
-                    lp,
-                    text,
-                    steps=e.steps,
-                    truncated=not finished,
-                    prompt_text=e.text,
-                    meta={
-                        "depth": 0,
-                        "prior": [],
-                        "ranked": list(e.passages),
-                        "iterations": e.meta["iterations"],
-                        "dropped_branches": e.meta["dropped"],
-                        "retrieval_s": retrieval_s / n,
-                        "generation_s": generation_s / n,
-                        "stop": any(s.action == "stop" for s in e.steps),
-                        "think": True,
-                        "segments": 0,
-                    },
-                )
+        for e, (ids, lp, text, finished) in zip(trees, answers, strict=True):
+            # the trees' prompts are many; the reader's answer is the completion
+            trajectory = self.trajectory(
+                e.example,
+                e.group,
+                [],
+                ids,
+                lp,
+                text,
+                steps=e.steps,
+                truncated=not finished,
+                prompt_text=e.text,
             )
+            inference = R2AGInference(
+                ranked=list(e.passages),
+                iterations=e.meta["iterations"],
+                dropped_branches=e.meta["dropped"],
+                retrieval_s=retrieval_s / n,
+                generation_s=generation_s / n,
+            )
+            stop = any(s.action == "stop" for s in e.steps)
+            # a whole tree: the reward's format terms do not apply (think, no segments)
+            trajectory.contract = R2AGEpisode(0, [], True, stop, 0, inference=inference)
+            out.append(trajectory)
         return out
 
     def _expand(self, loop: EpisodeLoop, e: Episode, _: object = None) -> Request:
@@ -498,7 +496,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         the tree grows until "stop retrieval" or an expansion without queries."""
         exp, base, predicted = self._branches(e.turns[-1].generation)
         kinds = ["base"] * len(base) + ["predicted"] * len(predicted)
-        for kind, q, hs in zip(kinds, base + predicted, hits):
+        for kind, q, hs in zip(kinds, base + predicted, hits, strict=True):
             e.steps.append(Step(action=kind, query=q, passage_ids=e.retrieved(hs)))
         if exp.stop:
             e.steps.append(Step(action="stop"))
@@ -567,28 +565,33 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
 
         if not trajectories:
             return {}
+        episodes = [R2AGEpisode.of(t, "environment retrieval_tree (metrics)") for t in trajectories]
 
         def mean(values) -> torch.Tensor:
             return torch.tensor([float(v) for v in values]).mean()
 
-        if "ranked" in trajectories[0].meta:
-            rows = [(t.meta["ranked"], t.example.gold_ids) for t in trajectories]
+        if episodes[0].inference is not None:
+            trees = [e.inference for e in episodes if e.inference is not None]
+            rows = [
+                (tree.ranked, t.example.gold_ids)
+                for tree, t in zip(trees, trajectories, strict=True)
+            ]
             return {
                 "recall": mean(len(set(r) & set(g)) / len(g) if g else 0.0 for r, g in rows),
                 "full_recall": mean(bool(g) and set(g) <= set(r) for r, g in rows),
                 "avg_k": mean(len(r) for r, _ in rows),
                 "map": mean(average_precision(r, g) for r, g in rows),
-                "iterations": mean(t.meta["iterations"] for t in trajectories),
-                "dropped_branches": mean(t.meta.get("dropped_branches", 0) for t in trajectories),
-                "retrieval_s_per_query": mean(t.meta["retrieval_s"] for t in trajectories),
-                "generation_s_per_query": mean(t.meta["generation_s"] for t in trajectories),
+                "iterations": mean(tree.iterations for tree in trees),
+                "dropped_branches": mean(tree.dropped_branches for tree in trees),
+                "retrieval_s_per_query": mean(tree.retrieval_s for tree in trees),
+                "generation_s_per_query": mean(tree.generation_s for tree in trees),
             }
         return {
             "base_queries": mean(sum(s.action == "base" for s in t.steps) for t in trajectories),
             "predicted_queries": mean(
                 sum(s.action == "predicted" for s in t.steps) for t in trajectories
             ),
-            "stop_rate": mean(bool(t.meta.get("stop")) for t in trajectories),
-            "think_rate": mean(bool(t.meta.get("think")) for t in trajectories),
-            "depth": mean(t.meta.get("depth", 0) for t in trajectories),
+            "stop_rate": mean(e.stop for e in episodes),
+            "think_rate": mean(e.think for e in episodes),
+            "depth": mean(e.depth for e in episodes),
         }

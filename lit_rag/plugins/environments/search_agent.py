@@ -43,14 +43,21 @@ Where the paper is silent, what we do:
   closing ``</information>``).
 - The EOS token the policy emits stays in the completion (it is the policy's action and gets
   its gradient); the episode goes on after it as Algorithm 1 says.
+
+Every trajectory hands on a :class:`SearchEpisode` (why it ended, the turns it took); the
+rewards read the policy's own text (its ``steps``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from lit_rag.api import (
     ContextLimit,
+    Contract,
     Episode,
     EpisodeLoop,
     Example,
@@ -108,6 +115,21 @@ DOCUMENT_TEMPLATE = "Doc {index}(Title: {title}) {text}"
 ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated", "unanswered")
 
 
+@dataclass
+class SearchEpisode(Contract):
+    """How a search-agent episode went (``Trajectory.contract``).
+
+    Args:
+        stop_reason: Why it ended: ``answer``, ``max_turns`` or ``max_response_tokens``.
+        turns: Actions taken (searches and invalid actions; Algorithm 1's N counts them).
+    """
+
+    producer: ClassVar[str] = "search_agent"
+
+    stop_reason: str
+    turns: int
+
+
 class SearchAgentEnvironment(RetrievalEnvironment):
     """Search-then-evaluate agent (Eval-RAR Algorithm 1) or search agent (Search-R1).
 
@@ -161,42 +183,14 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         chat_template_kwargs: dict | None = None,
         answer_prefix: str = "",
     ) -> None:
-        if answer_prefix and not answer_after_max_turns:
-            raise ValueError(
-                "environment answer_prefix is inserted before the answer-only generation after "
-                "the last turn; set answer_after_max_turns: true with it, or leave it empty"
-            )
         if prompt_template is None:
             prompt_template = EVAL_RAR_PROMPT if evaluate else SEARCH_R1_PROMPT
-        if "{question}" not in prompt_template:
-            raise ValueError(
-                f"environment prompt_template must contain {{question}}: {prompt_template!r}"
-            )
-        if "{text}" not in document_template:
-            raise ValueError(
-                f"environment document_template must contain {{text}}: {document_template!r}"
-            )
-        for name, value in (
-            ("top_k", top_k),
-            ("max_turns", max_turns),
-            ("max_response_tokens", max_response_tokens),
-        ):
-            if value < 1:
-                raise ValueError(f"environment {name} must be >= 1, got {value}")
-        for name, value in (
-            ("max_document_tokens", max_document_tokens),
-            ("max_information_tokens", max_information_tokens),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"environment {name} must be >= 1 or null (no cut), got {value}")
         self.retriever = retriever
-        self.top_k = top_k
-        self.max_turns = max_turns
+        self.top_k, self.max_turns = top_k, max_turns
         self.max_response_tokens = max_response_tokens
         self.max_document_tokens = max_document_tokens
         self.max_information_tokens = max_information_tokens
-        self.evaluate = evaluate
-        self.evaluate_prefix = evaluate_prefix
+        self.evaluate, self.evaluate_prefix = evaluate, evaluate_prefix
         self.prompt_template = prompt_template
         self.use_chat_template = use_chat_template
         self.assistant_prefix = assistant_prefix
@@ -206,6 +200,36 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         self.answer_after_max_turns = answer_after_max_turns
         self.answer_prefix = answer_prefix
         self.chat_template_kwargs = chat_template_kwargs
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """The templates' fields, the budgets and the answer prefix (one error naming the key)."""
+        if self.answer_prefix and not self.answer_after_max_turns:
+            raise ValueError(
+                "environment answer_prefix is inserted before the answer-only generation after "
+                "the last turn; set answer_after_max_turns: true with it, or leave it empty"
+            )
+        if "{question}" not in self.prompt_template:
+            raise ValueError(
+                f"environment prompt_template must contain {{question}}: {self.prompt_template!r}"
+            )
+        if "{text}" not in self.document_template:
+            raise ValueError(
+                f"environment document_template must contain {{text}}: {self.document_template!r}"
+            )
+        for name, value in (
+            ("top_k", self.top_k),
+            ("max_turns", self.max_turns),
+            ("max_response_tokens", self.max_response_tokens),
+        ):
+            if value < 1:
+                raise ValueError(f"environment {name} must be >= 1, got {value}")
+        for name, value in (
+            ("max_document_tokens", self.max_document_tokens),
+            ("max_information_tokens", self.max_information_tokens),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"environment {name} must be >= 1 or null (no cut), got {value}")
 
     # ---- prompt ----------------------------------------------------------------------------
     def build_prompt(self, example: Example, tokenizer) -> str:
@@ -386,7 +410,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
     def _trajectory(self, e: Episode) -> Trajectory:
         if not e.stop_reason:
             e.end("max_turns")
-        return self.trajectory(
+        trajectory = self.trajectory(
             e.example,
             e.group,
             e.prompt_ids,
@@ -397,8 +421,9 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             prompt_text=e.prompt_text,
             steps=e.steps,
             truncated=e.truncated,
-            meta={"stop_reason": e.stop_reason, "turns": e.meta["turns"]},
         )
+        trajectory.contract = SearchEpisode(e.stop_reason, e.meta["turns"])
+        return trajectory
 
     # ---- answers and metrics ---------------------------------------------------------------
     def extract_answer(self, trajectory: Trajectory) -> str:
@@ -417,10 +442,12 @@ class SearchAgentEnvironment(RetrievalEnvironment):
         def count(t, action):
             return sum(1 for s in t.steps if s.action == action)
 
+        def turns(t: Trajectory) -> int:
+            episode = SearchEpisode.find(t, "environment search_agent (metrics)")
+            return count(t, "search") + count(t, "invalid") if episode is None else episode.turns
+
         return {
-            "turns": mean(
-                t.meta.get("turns", count(t, "search") + count(t, "invalid")) for t in trajectories
-            ),
+            "turns": mean(turns(t) for t in trajectories),
             "valid_searches": mean(count(t, "search") for t in trajectories),
             "evaluations": mean(count(t, "evaluate") for t in trajectories),
             "invalid_actions": mean(count(t, "invalid") for t in trajectories),

@@ -20,17 +20,13 @@ from typing import Any
 import numpy as np
 
 from lit_rag.api import (
-    PASSAGES_NAME,
-    Hit,
     IndexCorruptError,
     IndexedRetriever,
     IndexMismatchError,
     Manifest,
     Passage,
-    check_search_args,
     corpus_fingerprint,
     read_corpus,
-    write_corpus,
 )
 
 BM25S_DIR = "bm25s"
@@ -93,8 +89,6 @@ class BM25Retriever(IndexedRetriever):
     """
 
     kind = "bm25"
-    #: progress bars while building (``lit-rag index build`` turns them on)
-    show_progress: bool = False
 
     def __init__(
         self,
@@ -110,9 +104,8 @@ class BM25Retriever(IndexedRetriever):
     ) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown BM25 method '{method}'; allowed: {', '.join(METHODS)}")
-        self.index = index
+        super().__init__(index, corpus)
         self.expected_corpus = expected_corpus
-        self.corpus = corpus
         self._stem = _make_stemmer(stemmer)
         self.settings: dict[str, Any] = {
             "k1": float(k1),
@@ -122,11 +115,7 @@ class BM25Retriever(IndexedRetriever):
             "stopwords": stopwords,
             "stemmer": stemmer if self._stem is not None else None,
         }
-        self.passages: list[Passage] = []
-        self.manifest: Manifest | None = None
         self._bm25: Any = None
-
-    # ------------------------------------------------------------------ tokenization
 
     def _tokenize(self, texts: list[str]) -> list[list[str]]:
         import bm25s
@@ -143,65 +132,55 @@ class BM25Retriever(IndexedRetriever):
         )
         return [list(t) for t in tokens]
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ the method
 
-    def build(self, passages: list[Passage]) -> None:
+    def build_state(self, passages: list[Passage]) -> None:
         """Index ``passages`` (title and text together) in memory."""
         import bm25s
 
-        if not passages:
-            raise ValueError("cannot build a BM25 index over an empty corpus")
-        self.passages = list(passages)
         settings = self.settings
         bm25 = bm25s.BM25(k1=settings["k1"], b=settings["b"], method=settings["method"])
         bm25.index(
-            self._tokenize([f"{p.title}\n{p.text}" for p in self.passages]),
+            self._tokenize([f"{p.title}\n{p.text}" for p in passages]),
             show_progress=self.show_progress,
         )
         self._bm25 = bm25
-        self.manifest = Manifest(
-            retriever=self.kind,
-            encoder=None,
-            corpus_fingerprint=corpus_fingerprint(self.passages),
-            passage_count=len(self.passages),
-            settings=dict(self.settings),
-        )
 
-    def save(self, directory: str | Path) -> None:
-        """Write the bm25s matrices, ``passages.jsonl`` and ``manifest.json`` to ``directory``."""
-        if self._bm25 is None or self.manifest is None:
-            raise RuntimeError("nothing to save: call build(passages) (or load an index) first")
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+    def rank(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        """The passages holding a query's indexed terms, in one batched bm25s call.
+
+        A query with no indexed term gets none. Ties are broken by corpus order, so results
+        are deterministic.
+        """
+        vocab = self._bm25.vocab_dict
+        tokens = [[t for t in q if t in vocab] for q in self._tokenize(queries)]
+        ranked: list[list[tuple[int, float]]] = [[] for _ in queries]
+        todo = [i for i, t in enumerate(tokens) if t]
+        if not todo:
+            return ranked
+        docs, scores = self._bm25.retrieve(
+            [tokens[i] for i in todo], k=k, show_progress=False, n_threads=1
+        )
+        for i, row_docs, row_scores in zip(todo, np.asarray(docs), np.asarray(scores), strict=True):
+            ranked[i] = sorted(
+                ((int(d), float(s)) for d, s in zip(row_docs, row_scores, strict=True) if s > 0),
+                key=lambda pair: (-pair[1], pair[0]),
+            )
+        return ranked
+
+    # ------------------------------------------------------------------ its files
+
+    def save_state(self, directory: Path) -> list[str]:
+        """Write the bm25s matrices into ``bm25s/``; every file there is recorded."""
         self._bm25.save(str(directory / BM25S_DIR), show_progress=False)
-        write_corpus(self.passages, directory / PASSAGES_NAME)
-        matrices = sorted(
+        return sorted(
             p.relative_to(directory).as_posix()
             for p in (directory / BM25S_DIR).iterdir()
             if p.is_file()
         )
-        self.manifest.files = {}
-        self.manifest.write(directory, record=matrices)
 
-    @classmethod
-    def load(cls, directory: str | Path) -> BM25Retriever:
-        """Open an index written by :meth:`save`; the score matrices are memory-mapped.
-
-        Tokenization settings come from the manifest, so queries are tokenized as the corpus was.
-
-        Raises:
-            IndexNotFoundError: ``directory`` or its manifest is missing.
-            IndexMismatchError: The folder holds another retriever's index.
-        """
-        retriever = cls()
-        retriever._load(directory)
-        return retriever
-
-    def _load(self, directory: str | Path) -> None:
-        """Read and check an index: manifest, passages, file sizes and hashes, matrices."""
-        directory = Path(directory)
-        manifest = Manifest.read(directory)
-        manifest.check({"retriever": self.kind}, where=directory)
+    def adopt_manifest(self, manifest: Manifest, directory: Path) -> None:
+        """Tokenize queries as the corpus was: the manifest's tokenizer settings, checked."""
         settings = manifest.settings
         _check_settings(settings, directory)
         stemmer = settings.get("stemmer")
@@ -211,59 +190,26 @@ class BM25Retriever(IndexedRetriever):
                 f"index {directory} was built with stemmer='{stemmer}' but PyStemmer is not "
                 "installed; pip install PyStemmer or rebuild the index with stemmer=None"
             )
-        passages = manifest.read_passages(directory)
-        manifest.check_files(directory)
-        bm25 = _read_bm25s(directory / BM25S_DIR)
-        _check_matrices(bm25, manifest, directory / BM25S_DIR)
         self.settings = dict(settings)
-        self._bm25, self.passages, self.manifest = bm25, passages, manifest
 
-    def _ensure_loaded(self) -> None:
-        if self._bm25 is not None:
+    def load_state(self, directory: Path) -> None:
+        """Memory-map the score matrices and check their shapes against the manifest."""
+        assert self.manifest is not None
+        bm25 = _read_bm25s(directory / BM25S_DIR)
+        _check_matrices(bm25, self.manifest, directory / BM25S_DIR)
+        self._bm25 = bm25
+
+    def ensure_loaded(self) -> None:
+        """Load the index (see :class:`IndexedRetriever`), then check it was built from
+        ``expected_corpus``."""
+        if self.manifest is not None:
             return
-        if self.index is None:
-            raise RuntimeError("BM25Retriever has no index: pass index=PATH or call build()")
-        if self.corpus is not None:
-            from lit_rag.api import build_missing_index
-
-            build_missing_index(self.index, self.corpus, self)
-        if self._bm25 is None:  # not just built
-            self._load(self.index)
+        super().ensure_loaded()
         assert self.manifest is not None
         expected = self.expected_corpus
         if expected is not None and not _looks_like_fingerprint(expected):
             expected = corpus_fingerprint(read_corpus(expected))
         self.manifest.check({"corpus_fingerprint": expected}, where=self.index)
-
-    # ------------------------------------------------------------------ search
-
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` passages per query in one batched bm25s call.
-
-        ``k`` is clipped to the corpus size; a query with no indexed term gets ``[]``. Ties are
-        broken by corpus order, so results are deterministic.
-        """
-        check_search_args(queries, k)
-        self._ensure_loaded()
-        vocab = self._bm25.vocab_dict
-        tokens = [[t for t in q if t in vocab] for q in self._tokenize(list(queries))]
-        results: list[list[Hit]] = [[] for _ in queries]
-        todo = [i for i, t in enumerate(tokens) if t]
-        if not todo:
-            return results
-        k = min(k, len(self.passages))
-        docs, scores = self._bm25.retrieve(
-            [tokens[i] for i in todo], k=k, show_progress=False, n_threads=1
-        )
-        for i, row_docs, row_scores in zip(todo, np.asarray(docs), np.asarray(scores)):
-            ranked = sorted(
-                ((float(s), int(d)) for d, s in zip(row_docs, row_scores) if s > 0),
-                key=lambda pair: (-pair[0], pair[1]),
-            )
-            results[i] = [
-                Hit(passage=self.passages[d], score=s, rank=r) for r, (s, d) in enumerate(ranked)
-            ]
-        return results
 
 
 def _check_settings(settings: dict[str, Any], directory: Path) -> None:

@@ -32,13 +32,11 @@ import numpy as np
 
 from lit_rag.api import (
     MANIFEST_NAME,
-    Hit,
     IndexCorruptError,
     IndexedRetriever,
     IndexMismatchError,
     Manifest,
     Passage,
-    check_search_args,
 )
 
 log = logging.getLogger(__name__)
@@ -80,8 +78,6 @@ class DenseRetriever(IndexedRetriever):
     """
 
     kind = "dense"
-    #: progress bars while building (``lit-rag index build`` turns them on)
-    show_progress: bool = False
 
     def __init__(
         self,
@@ -115,11 +111,10 @@ class DenseRetriever(IndexedRetriever):
                 raise ValueError(f"{key}: got {value}; expected >= 1")
         if pq_m is not None and pq_m < 1:
             raise ValueError(f"pq_m: got {pq_m}; expected >= 1 or None")
-        self.index_path = index
+        super().__init__(index, corpus)
         self.encoder_path = encoder if encoder is not None else DEFAULT_ENCODER
         self.encoder_given = encoder is not None
         self.trust_manifest_encoder = trust_manifest_encoder
-        self.corpus = corpus
         self.pooling = pooling
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
@@ -130,7 +125,6 @@ class DenseRetriever(IndexedRetriever):
         self.nprobe = nprobe
         self.batch_size = batch_size
         self.device = device
-        self.passages: list[Passage] = []
         self._index: Any = None
         self._model: Any = None
 
@@ -169,15 +163,12 @@ class DenseRetriever(IndexedRetriever):
 
     # -- index -----------------------------------------------------------------------------
 
-    def build(self, passages: list[Passage]) -> None:
+    def build_state(self, passages: list[Passage]) -> None:
         """Encode ``passages`` (``title`` and ``text``) and index them."""
-        if not passages:
-            raise ValueError("passages: got an empty corpus; nothing to index")
         texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
         vectors = self.encode(texts, self.passage_prefix)  # [N, D]
         index = self._new_index(vectors)
         index.add(vectors)
-        self.passages = list(passages)
         self._index = _to_gpu(index)
 
     def _new_index(self, vectors: np.ndarray) -> Any:
@@ -202,49 +193,27 @@ class DenseRetriever(IndexedRetriever):
         index.train(vectors)
         return index
 
-    def _ensure_loaded(self) -> None:
-        if self._index is not None:
-            return
-        if self.index_path is None:
-            raise RuntimeError(
-                "dense retriever has no index: call build(passages) or give index=PATH"
-            )
-        if self.corpus is not None:
-            from lit_rag.api import build_missing_index
-
-            build_missing_index(self.index_path, self.corpus, self)
-        if self._index is None:  # not just built
-            self._load_from(Path(self.index_path))
-
     # -- search ----------------------------------------------------------------------------
 
-    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        """Top-``k`` hits per query, best first; an empty query gives no hits; ``k`` is
-        clipped to the corpus size.
+    def rank(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        """Each query's ``k`` nearest passages by cosine (inner product of unit vectors).
 
         Raises:
-            ValueError: ``k < 1``, or a query with a lone surrogate (names the query).
+            IndexMismatchError: The encoder gives vectors of another size than the index holds.
         """
-        check_search_args(queries, k)
-        results: list[list[Hit]] = [[] for _ in queries]
-        asked = [i for i, q in enumerate(queries) if q.strip()]
-        if not asked:
-            return results
-        self._ensure_loaded()
-        k = min(k, len(self.passages))
         self._set_search_params(k)
-        vectors = self.encode([queries[i] for i in asked], self.query_prefix)  # [Q, D]
+        vectors = self.encode(queries, self.query_prefix)  # [Q, D]
         if vectors.shape[1] != self._index.d:  # e.g. a local folder named like another model
             raise IndexMismatchError(
                 f"encoder {self.encoder_path!r} gives vectors of size {vectors.shape[1]} but the "
-                f"index {self.index_path or '(in memory)'} holds vectors of size "
+                f"index {self.index or '(in memory)'} holds vectors of size "
                 f"{self._index.d}; search with the encoder the index was built with"
             )
         scores, ids = self._index.search(vectors, k)  # [Q, k] each
-        for row, i in enumerate(asked):
-            hits = [(float(s), int(j)) for s, j in zip(scores[row], ids[row]) if j >= 0]
-            results[i] = [Hit(self.passages[j], s, rank) for rank, (s, j) in enumerate(hits)]
-        return results
+        return [
+            [(int(j), float(s)) for s, j in zip(row_scores, row_ids, strict=True) if j >= 0]
+            for row_scores, row_ids in zip(scores, ids, strict=True)
+        ]
 
     def _set_search_params(self, k: int) -> None:
         import faiss
@@ -262,7 +231,14 @@ class DenseRetriever(IndexedRetriever):
 
     # -- save / load -----------------------------------------------------------------------
 
-    def _settings(self) -> dict[str, Any]:
+    @property
+    def encoder(self) -> str:  # type: ignore[override]
+        """The encoder the manifest records: the path queries are encoded with."""
+        return self.encoder_path
+
+    @property
+    def settings(self) -> dict[str, Any]:  # type: ignore[override]
+        """What the manifest records: prefixes, the faiss index and its size, the pooling."""
         return {
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
@@ -274,25 +250,12 @@ class DenseRetriever(IndexedRetriever):
             "pooling": self.pooling,
         }
 
-    def save(self, directory: str | Path) -> None:
-        """Write ``index.faiss``, ``passages.jsonl`` and ``manifest.json`` to ``directory``."""
+    def save_state(self, directory: Path) -> list[str]:
+        """Write ``index.faiss`` (its CPU form)."""
         import faiss
 
-        from lit_rag.api import PASSAGES_NAME, corpus_fingerprint, write_corpus
-
-        if self._index is None:
-            raise RuntimeError("dense retriever: nothing to save; call build(passages) first")
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         faiss.write_index(_to_cpu(self._index), str(directory / _INDEX_FILE))
-        write_corpus(self.passages, directory / PASSAGES_NAME)
-        Manifest(
-            retriever=self.kind,
-            encoder=self.encoder_path,
-            corpus_fingerprint=corpus_fingerprint(self.passages),
-            passage_count=len(self.passages),
-            settings=self._settings(),
-        ).write(directory, record=[_INDEX_FILE])
+        return [_INDEX_FILE]
 
     @classmethod
     def load(
@@ -336,13 +299,12 @@ class DenseRetriever(IndexedRetriever):
                 f"{Path(directory) / MANIFEST_NAME}: settings {settings} are not valid "
                 f"DenseRetriever settings ({err}); {_REBUILD}"
             ) from None
-        retriever._load_from(Path(directory))
+        retriever.read_index(directory)
         return retriever
 
-    def _load_from(self, directory: Path) -> None:
-        """Read and check an index: manifest, encoder, passages, file sizes, faiss rows."""
-        manifest = Manifest.read(directory)  # IndexNotFoundError when there is none
-        manifest.check({"retriever": self.kind}, where=directory)
+    def adopt_manifest(self, manifest: Manifest, directory: Path) -> None:
+        """Settle the encoder, passage prefix and pooling the index was built with (the encoder
+        is chosen, not loaded)."""
         self._choose_encoder(manifest, directory)
         passage_prefix = manifest.settings.get("passage_prefix", self.passage_prefix)
         if not isinstance(passage_prefix, str):
@@ -351,17 +313,19 @@ class DenseRetriever(IndexedRetriever):
                 f"{passage_prefix!r:.40}; {_REBUILD}"
             )
         self._adopt_pooling(manifest, directory)
-        passages = manifest.read_passages(directory)
-        manifest.check_files(directory)
+        self.passage_prefix = passage_prefix
+
+    def load_state(self, directory: Path) -> None:
+        """Read ``index.faiss`` and check its rows and vector size against the manifest."""
+        assert self.manifest is not None
         index = _read_faiss(directory / _INDEX_FILE)
-        manifest.check_rows("the faiss index", int(index.ntotal), directory / _INDEX_FILE)
-        dim = manifest.settings.get("dim")
+        self.manifest.check_rows("the faiss index", int(index.ntotal), directory / _INDEX_FILE)
+        dim = self.manifest.settings.get("dim")
         if dim is not None and dim != index.d:
             raise IndexCorruptError(
                 f"{directory / _INDEX_FILE}: vectors of size {index.d} but the manifest records "
                 f"dim={dim} (a file from another build); {_REBUILD}"
             )
-        self.passage_prefix, self.passages = passage_prefix, passages
         self._index = _to_gpu(index)
 
     def _adopt_pooling(self, manifest: Manifest, directory: Path) -> None:

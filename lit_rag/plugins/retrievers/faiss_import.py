@@ -127,60 +127,74 @@ def import_dense_index(
             or with another number of rows than the index (all one line naming the file).
         FileNotFoundError: A missing corpus file, or a local ``encoder`` path that does not exist.
     """
-    from lit_rag.api import (
-        PASSAGES_NAME,
-        Manifest,
-        atomic_index_dir,
-        corpus_fingerprint,
-        read_corpus,
-        write_corpus,
-    )
-
-    from .dense import _INDEX_FILE, POOLINGS
+    from lit_rag.api import atomic_index_dir
 
     faiss_path, corpus_path = Path(faiss_path), Path(corpus_path)
+    encoding = _encoding(encoder, faiss_path, query_prefix, passage_prefix, pooling)
+    with atomic_index_dir(out) as folder:
+        _write_imported(folder, faiss_path, corpus_path, encoder, encoding, link)
+    return Path(out)
+
+
+def _encoding(
+    encoder: str,
+    faiss_path: Path,
+    query_prefix: str | None,
+    passage_prefix: str | None,
+    pooling: str | None,
+) -> dict[str, str]:
+    """The prefixes and pooling the manifest records: those given, else Search-R1's rule for
+    the encoder's (or the faiss file's) name (:func:`name_defaults`)."""
+    from .dense import POOLINGS
+
     if pooling is not None and pooling not in POOLINGS:
         raise InputError(f"--pooling: got '{pooling}'; allowed: {', '.join(POOLINGS)}")
     _check_encoder(encoder)
     rule = name_defaults(Path(encoder).name, faiss_path.name)
-    query_prefix = rule[0] if query_prefix is None else query_prefix
-    passage_prefix = rule[1] if passage_prefix is None else passage_prefix
-    pooling = rule[2] if pooling is None else pooling
+    return {
+        "query_prefix": rule[0] if query_prefix is None else query_prefix,
+        "passage_prefix": rule[1] if passage_prefix is None else passage_prefix,
+        "pooling": rule[2] if pooling is None else pooling,
+    }
 
-    with atomic_index_dir(out) as folder:
-        index = _read_index(faiss_path)
-        settings = describe_index(index, faiss_path)
-        passages = read_corpus(corpus_path, "flashrag")
-        if not passages:
-            raise InputError(f"--corpus {corpus_path}: no passages (an empty file)")
-        if int(index.ntotal) != len(passages):
-            raise InputError(
-                f"{faiss_path} holds {index.ntotal} vectors but {corpus_path} has "
-                f"{len(passages)} passages; faiss row i is corpus line i, so give the corpus the "
-                "index was built from"
-            )
-        del index  # release the mapped file before it is copied or linked
-        placed = _place(faiss_path, folder / _INDEX_FILE, link)
-        write_corpus(passages, folder / PASSAGES_NAME)
-        settings.update(
-            query_prefix=query_prefix,
-            passage_prefix=passage_prefix,
-            pooling=pooling,
-            imported_from={
-                "faiss": faiss_path.name,
-                "corpus": corpus_path.name,
-                "format": "flashrag",
-                "index_file": placed,
-            },
+
+def _write_imported(
+    folder: Path,
+    faiss_path: Path,
+    corpus_path: Path,
+    encoder: str,
+    encoding: dict[str, str],
+    link: bool,
+) -> None:
+    """Check the faiss file and the corpus against each other, then write them into ``folder``
+    as a dense index: ``index.faiss``, ``passages.jsonl`` and the manifest."""
+    from lit_rag.api import PASSAGES_NAME, Manifest, corpus_fingerprint, read_corpus, write_corpus
+
+    from .dense import _INDEX_FILE
+
+    index = _read_index(faiss_path)
+    settings = describe_index(index, faiss_path)
+    passages = read_corpus(corpus_path, "flashrag")
+    if not passages:
+        raise InputError(f"--corpus {corpus_path}: no passages (an empty file)")
+    if int(index.ntotal) != len(passages):
+        raise InputError(
+            f"{faiss_path} holds {index.ntotal} vectors but {corpus_path} has "
+            f"{len(passages)} passages; faiss row i is corpus line i, so give the corpus the "
+            "index was built from"
         )
-        Manifest(
-            retriever="dense",
-            encoder=encoder,
-            corpus_fingerprint=corpus_fingerprint(passages),
-            passage_count=len(passages),
-            settings=settings,
-        ).write(folder, record=[_INDEX_FILE])
-    return Path(out)
+    del index  # release the mapped file before it is copied or linked
+    placed = _place(faiss_path, folder / _INDEX_FILE, link)
+    write_corpus(passages, folder / PASSAGES_NAME)
+    source = {"faiss": faiss_path.name, "corpus": corpus_path.name, "format": "flashrag"}
+    settings.update(encoding, imported_from={**source, "index_file": placed})
+    Manifest(
+        retriever="dense",
+        encoder=encoder,
+        corpus_fingerprint=corpus_fingerprint(passages),
+        passage_count=len(passages),
+        settings=settings,
+    ).write(folder, record=[_INDEX_FILE])
 
 
 def _check_encoder(encoder: str) -> None:

@@ -114,7 +114,7 @@ class HttpRetriever(Retriever):
             answer = self._post(
                 {"queries": [queries[i] for i in rows], "topk": k, "return_scores": True}
             )
-            for i, entries in zip(rows, _result_lists(answer, len(rows), self.url)):
+            for i, entries in zip(rows, _result_lists(answer, len(rows), self.url), strict=True):
                 results[i] = [_hit(entry, rank, self.url) for rank, entry in enumerate(entries[:k])]
         return results
 

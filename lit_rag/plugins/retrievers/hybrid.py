@@ -70,6 +70,8 @@ class HybridRetriever(IndexedRetriever):
     """
 
     kind = "hybrid"
+    #: each child keeps the passages in its own folder
+    stores_passages = False
 
     def __init__(
         self,
@@ -85,13 +87,10 @@ class HybridRetriever(IndexedRetriever):
             raise ValueError(f"k: got {k}; the RRF constant must be >= 0")
         if depth < 1:
             raise ValueError(f"depth: got {depth}; expected >= 1")
-        if corpus is not None and index is None:
-            raise ValueError("corpus: building a missing hybrid index needs index: FOLDER too")
+        super().__init__(index, corpus)
         self.retrievers = list(retrievers)
         self.k = k
         self.depth = depth
-        self.index = index
-        self.corpus = corpus
         self._index_checked = False
 
     @property
@@ -106,6 +105,16 @@ class HybridRetriever(IndexedRetriever):
     def parts(self) -> list[Retriever]:
         return [self, *self.retrievers]
 
+    @property
+    def settings(self) -> dict[str, Any]:  # type: ignore[override]
+        """What the manifest records: ``k``, ``depth``, and each child's folder and registered
+        kind (never a dotted class path, which would let an index choose an import)."""
+        children = [
+            {"folder": f"{i}-{c.kind or type(c).__name__}", "kind": c.kind}
+            for i, c in enumerate(self.retrievers)
+        ]
+        return {"k": self.k, "depth": self.depth, "children": children}
+
     def _indexed(self) -> list[IndexedRetriever]:
         """The children, when every one builds an index (what build and save need)."""
         searching = [c.kind or type(c).__name__ for c in self.retrievers if not c.builds_index]
@@ -116,11 +125,26 @@ class HybridRetriever(IndexedRetriever):
             )
         return self.retrievers  # type: ignore[return-value]
 
-    def build(self, passages: list[Passage]) -> None:
+    def build_state(self, passages: list[Passage]) -> None:
         """Build every child over the same passages."""
-        self._indexed()
-        for child in self.retrievers:
+        for child in self._indexed():
             child.build(passages)
+
+    def save_state(self, directory: Path) -> list[str]:
+        """Save each child into its own subfolder (``0-bm25``, ``1-dense``, ...), with its own
+        manifest; the hybrid's manifest records no file of its own."""
+        for spec, child in zip(self.settings["children"], self._indexed(), strict=True):
+            child.save(directory / spec["folder"])
+        return []
+
+    def ensure_loaded(self) -> None:
+        """With ``corpus``, build the index when its folder is missing (once); the children
+        load their own folders on their first search."""
+        if self.corpus is not None and not self._index_checked:
+            from lit_rag.api import build_missing_index
+
+            build_missing_index(self.index, self.corpus, self)
+            self._index_checked = True  # built or found: the children hold or load it now
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """Top-``k`` fused hits per query; an empty query gives no hits.
@@ -131,11 +155,7 @@ class HybridRetriever(IndexedRetriever):
         check_search_args(queries, k)
         if not queries:
             return []
-        if self.corpus is not None and not self._index_checked:
-            from lit_rag.api import build_missing_index
-
-            build_missing_index(self.index, self.corpus, self)
-            self._index_checked = True  # built or found: the children hold or load it now
+        self.ensure_loaded()
         depth = max(self.depth, k)
         per_child = [child.search(queries, depth) for child in self.retrievers]
         results = []
@@ -146,27 +166,6 @@ class HybridRetriever(IndexedRetriever):
             fused = reciprocal_rank_fusion([hits[i] for hits in per_child], self.k)
             results.append(fused[:k])
         return results
-
-    def save(self, directory: str | Path) -> None:
-        """Write one subfolder per child (``0-bm25``, ``1-dense``, ...) and a manifest."""
-        from lit_rag.api import Manifest, corpus_fingerprint
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        names = [f"{i}-{c.kind or type(c).__name__}" for i, c in enumerate(self.retrievers)]
-        for name, child in zip(names, self.retrievers):
-            child.save(directory / name)
-        # the registered kind only: a dotted class path here would let an index choose an import
-        children = [{"folder": n, "kind": c.kind} for n, c in zip(names, self.retrievers)]
-        settings = {"k": self.k, "depth": self.depth, "children": children}
-        passages = self._indexed()[0].passages
-        Manifest(
-            retriever=self.kind,
-            encoder=None,
-            corpus_fingerprint=corpus_fingerprint(passages) if passages else "",
-            passage_count=len(passages),
-            settings=settings,
-        ).write(directory)
 
     @classmethod
     def load(
@@ -201,7 +200,7 @@ class HybridRetriever(IndexedRetriever):
             _check_same_corpus(manifest, child_manifest, directory, child_dir)
             children.append(open_index(child_dir, **options))
         try:
-            return cls(
+            retriever = cls(
                 children,
                 k=manifest.settings.get("k", 60),
                 depth=manifest.settings.get("depth", 100),
@@ -210,6 +209,8 @@ class HybridRetriever(IndexedRetriever):
             raise IndexCorruptError(
                 f"{directory / MANIFEST_NAME}: bad settings ({err}); {_REBUILD}"
             ) from None
+        retriever.manifest = manifest
+        return retriever
 
 
 def _children(manifest: Manifest, directory: Path) -> list[tuple[str, str]]:

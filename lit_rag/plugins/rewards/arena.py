@@ -139,7 +139,7 @@ def is_well_formed(text: str, check: str = "release") -> bool:
     # Gaps: before <relevance>, </relevance>..<analysis>, </analysis>..<answer>, after </answer>.
     ends = [0] + [positions[i] + len(markers[i]) for i in (1, 3, 5)]
     starts = [positions[i] for i in (0, 2, 4)] + [len(text)]
-    return all(not text[a:b].strip() for a, b in zip(ends, starts))
+    return all(not text[a:b].strip() for a, b in zip(ends, starts, strict=True))
 
 
 def parse_arena(text: str, format_check: str = "release") -> ArenaParse:

@@ -61,7 +61,7 @@ class CompositeReward(Reward):
             name = short_name(reward)
             self.names.append(name if name not in self.names else f"{name}_{i}")
         values = [1.0] * len(self.rewards) if weights is None else [float(w) for w in weights]
-        self.weights = dict(zip(self.names, values))
+        self.weights = dict(zip(self.names, values, strict=True))
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """Set child weights by name; ``"<child>.<component>"`` keys go to that child.
@@ -84,7 +84,7 @@ class CompositeReward(Reward):
         )
         if unknown:
             known = [*self.names]
-            for name, reward in zip(self.names, self.rewards):
+            for name, reward in zip(self.names, self.rewards, strict=True):
                 known += [f"{name}.{c}" for c in getattr(reward, "weights", {})]
             raise ValueError(
                 f"unknown reward weight(s) {unknown}; this composite has: {', '.join(known)}"
@@ -96,11 +96,13 @@ class CompositeReward(Reward):
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Score with every child and combine."""
         outputs = [reward(trajectories) for reward in self.rewards]
-        shapes = {name: tuple(out.total.shape) for name, out in zip(self.names, outputs)}
+        shapes = {
+            name: tuple(out.total.shape) for name, out in zip(self.names, outputs, strict=True)
+        }
         if len(set(shapes.values())) > 1:
             raise ValueError(f"rewards: children return totals of different shapes: {shapes}")
         total = sum(
-            (self.weights[name] * out.total for name, out in zip(self.names, outputs)),
+            (self.weights[name] * out.total for name, out in zip(self.names, outputs, strict=True)),
             start=torch.zeros_like(outputs[0].total, dtype=torch.float32),
         )
         seen: dict[str, int] = {}
@@ -108,7 +110,7 @@ class CompositeReward(Reward):
             for component in out.components:
                 seen[component] = seen.get(component, 0) + 1
         components: dict[str, torch.Tensor] = {}
-        for name, out in zip(self.names, outputs):
+        for name, out in zip(self.names, outputs, strict=True):
             for component, value in out.components.items():
                 key = component if seen[component] == 1 else f"{name}.{component}"
                 components[key] = value

@@ -28,7 +28,9 @@ asks any OpenAI-compatible chat endpoint (OpenAI's GPT-4o, or a local ``vllm ser
 evidence set is the documents of the sub-queries the agent still keeps: a BACKTRACK drops the
 last kept sub-query's documents from the state (Section 3.1), so the judge does not see them.
 Stand-ins that need no judge: :class:`GoldCoverageVerifier` (the evidence covers the gold
-documents) and :class:`AnswerableVerifier` (the dataset's label).
+documents) and :class:`AnswerableVerifier` (the dataset's label). The documents' text comes
+from the query rewriter's :class:`~lit_rag.api.EvoRagBranch` on each trajectory; a trajectory
+without one (another environment's) is an error naming both.
 
 Decisions where the paper is silent: ``t`` counts steps from 0 (Algorithm 1 starts at
 ``t <- 0``); ``r_dup`` is literal (a negative cosine gives a positive value).
@@ -58,6 +60,7 @@ from pathlib import Path
 import torch
 
 from lit_rag.api import (
+    EvoRagBranch,
     Example,
     ModelConfig,
     Passage,
@@ -317,9 +320,7 @@ class ChatJudgeVerifier(_CachedJudge):
         if self._client is None:
             try:
                 from openai import OpenAI
-            except (
-                ImportError
-            ) as err:  # pragma: no cover - openai comes with vllm and the judge extra
+            except ImportError as err:  # pragma: no cover - openai comes with vllm, the judge extra
                 raise ValueError(
                     "ChatJudgeVerifier needs the openai package: pip install 'lit-rag[judge]'"
                 ) from err
@@ -355,8 +356,13 @@ class ChatJudgeVerifier(_CachedJudge):
         prompts = [judge_prompt(self.prompt, e, d) for e, d in todo.values()]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             replies = list(pool.map(self.reply, prompts))
-        for key, text in zip(todo, replies):
+        for key, text in zip(todo, replies, strict=True):
             self._store(key, judge_verdict(text))
+
+
+def _passages(trajectory: Trajectory) -> dict[str, Passage]:
+    """What the episode retrieved, by id: the query rewriter's :class:`EvoRagBranch`."""
+    return EvoRagBranch.of(trajectory, "reward evo_rag").passages
 
 
 def _current_evidence(
@@ -433,9 +439,12 @@ class EvoRagReward(Reward):
             self.set_anchors(early or self.early, late or self.late)
 
     # ---- weights -----------------------------------------------------------------------
-    def set_stage(self, stage: str, table: dict[str, tuple[float, float, float]] = TABLE_1) -> None:
+    def set_stage(
+        self, stage: str, table: dict[str, tuple[float, float, float]] | None = None
+    ) -> None:
+        """Anchors of ``stage`` from ``table`` (default: Table 1, Section 3.6)."""
+        self.set_anchors(*stage_anchors(stage, table or TABLE_1))
         self.stage = stage
-        self.set_anchors(*stage_anchors(stage, table))
 
     def set_anchors(self, early: dict[str, float], late: dict[str, float]) -> None:
         unknown = sorted((set(early) | set(late)) - set(COMPONENTS))
@@ -492,11 +501,12 @@ class EvoRagReward(Reward):
         return out
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
+        passages = [_passages(traj) for traj in trajectories]  # a wrong environment fails here
         cases = []  # every refusal's case, judged together before the loop below
-        for traj in trajectories:
+        for traj, retrieved in zip(trajectories, passages, strict=True):
             steps = traj.steps[: self.t_max]
             if any(s.action == "refuse" for s in steps):
-                evidence = _current_evidence(steps, traj.meta.get("passages"))
+                evidence = _current_evidence(steps, retrieved)
                 cases += [
                     (traj.example, evidence[t]) for t, s in enumerate(steps) if s.action == "refuse"
                 ]
@@ -505,9 +515,7 @@ class EvoRagReward(Reward):
         components = {k: torch.zeros(n, self.t_max) for k in COMPONENTS}
         total = torch.zeros(n, self.t_max)
         for i, traj in enumerate(trajectories):
-            raw = self.step_rewards(
-                traj.example, traj.steps[: self.t_max], traj.meta.get("passages")
-            )
+            raw = self.step_rewards(traj.example, traj.steps[: self.t_max], passages[i])
             for t in range(len(traj.steps[: self.t_max])):
                 w = self.weights_at(t)
                 for k in COMPONENTS:

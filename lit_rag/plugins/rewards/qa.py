@@ -45,7 +45,9 @@ class _AnswerReward(Reward):
         """Score each trajectory's answer against ``trajectory.example.answers``."""
         scores = [
             0.0 if pred is None else self.score(pred, t.example.answers, self.punctuation)
-            for pred, t in zip(_predictions(trajectories, self.answer_tag), trajectories)
+            for pred, t in zip(
+                _predictions(trajectories, self.answer_tag), trajectories, strict=True
+            )
         ]
         values = torch.tensor(scores, dtype=torch.float32)  # [N]
         total = self.weights[self.component] * values

@@ -32,6 +32,10 @@ Decisions where the formula and the text differ, or are silent:
   three misses. ``ap_hits="any"`` keeps that literal reading (the earlier behaviour).
 - With ``k > 1`` documents per query a branch hits when any of its documents is gold (and, with
   ``ap_hits="new"``, new).
+
+What it reads beyond the steps comes from the environment as an
+:class:`~lit_rag.api.R2AGEpisode` (``retrieval_tree``'s): a trajectory without one (another
+environment's) is an error naming both, never a zero reward.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Literal
 
 import torch
 
-from lit_rag.api import Reward, RewardBreakdown, Trajectory
+from lit_rag.api import R2AGEpisode, Reward, RewardBreakdown, Trajectory
 
 #: ``ap_hits`` values: credit only new gold (Assumption 2.1), or every gold branch (literal).
 AP_HITS = ("new", "any")
@@ -133,28 +137,24 @@ class R2AGReward(Reward):
         self.ap_hits = ap_hits
 
     def score(self, t: Trajectory) -> dict[str, float]:
+        episode = R2AGEpisode.of(t, "reward r2ag")
         gold = set(t.example.gold_ids)
-        prior = set(t.meta.get("prior", []))
+        prior = set(episode.prior)
         base = [s.passage_ids for s in t.steps if s.action == "base"]
         predicted = [s.passage_ids for s in t.steps if s.action == "predicted"]
         seen = set(prior)
         mh_base = new_gold(base, gold, seen)
         mh_predicted = new_gold(predicted, gold, seen)
         complete = bool(gold) and gold <= seen  # seen = prior + everything retrieved now
-        stop = bool(t.meta.get("stop"))
+        stop = episode.stop
         values = {
             "multi_hit": mh_base + self.predicted_scale * mh_predicted,
             "joint_hit": float(complete and stop),
             "ap": self.ap(base, predicted, gold, prior),
-            "format": min(
-                self.format_max, self.format_per_segment * int(t.meta.get("segments", 0))
-            ),
+            "format": min(self.format_max, self.format_per_segment * episode.segments),
         }
-        zero = (
-            (not t.meta.get("think"))
-            or (stop and not complete)
-            or (self.zero_on_truncation and t.truncated)
-        )
+        truncated = self.zero_on_truncation and t.truncated
+        zero = not episode.think or (stop and not complete) or truncated
         values["zeroed"] = float(zero)
         return values
 

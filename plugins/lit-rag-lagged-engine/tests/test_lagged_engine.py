@@ -79,7 +79,7 @@ def test_on_policy_it_generates_what_the_policy_does(policy) -> None:
     hf = registered_engine("hf")
     hf.bind(model, tokenizer)
     theirs = hf.generate(PROMPTS, GREEDY)
-    for a, b in zip(ours, theirs):  # same weights, same dtype: the same log-probs
+    for a, b in zip(ours, theirs, strict=True):  # same weights, same dtype: the same log-probs
         torch.testing.assert_close(a.logprobs, b.logprobs)
     assert engine.context_window() == 64  # the policy's max_position_embeddings
 

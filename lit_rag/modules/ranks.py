@@ -1,0 +1,58 @@
+"""What the ranks of a multi-process run agree on: a flag any rank holds, the largest count on
+any rank, and a step's metrics logged reduced where every rank has them. With one process each
+is the local value and no collective runs."""
+
+from __future__ import annotations
+
+import torch
+
+
+def world_size(module) -> int:
+    return module.trainer.world_size if module._trainer is not None else 1
+
+
+def max_over_ranks(module, n: int) -> int:
+    """The largest ``n`` over ranks (a collective with several ranks)."""
+    if world_size(module) < 2:
+        return n
+    value = module.trainer.strategy.reduce(
+        torch.tensor(float(n), device=module.device), reduce_op="max"
+    )
+    return int(value.item())
+
+
+def any_rank(module, flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank (a collective with several ranks)."""
+    return max_over_ranks(module, int(flag)) > 0
+
+
+def log_metrics(
+    module, metrics: dict, batch_size: int, on_step: bool = True, on_epoch: bool = False
+) -> None:
+    """Log a step's metrics, reduced across ranks (mean) where every rank has the metric.
+
+    The ranks' metric sets can differ (a rank without preference pairs has no DPO margin); a
+    metric only some ranks have is logged unreduced, since a reduction would wait forever for
+    the ranks that lack it.
+    """
+    shared = set(metrics)
+    world = world_size(module)
+    if world > 1 and on_step:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            keys: list[list[str]] = [[] for _ in range(world)]
+            dist.all_gather_object(keys, sorted(metrics))
+            shared = set.intersection(*(set(k) for k in keys))
+    # the same order on every rank
+    for key in sorted(metrics, key=lambda k: (k not in shared, k)):
+        value = metrics[key]
+        module.log(
+            key,
+            value.float() if torch.is_tensor(value) else float(value),
+            on_step=on_step,
+            on_epoch=on_epoch,
+            batch_size=batch_size,
+            sync_dist=world > 1 and key in shared,
+            prog_bar=key in ("reward/total", "train/kl", "val/reward/total"),
+        )

@@ -1,0 +1,104 @@
+"""What a :class:`~lit_rag.modules.policy.PolicyModule` checkpoint carries besides Lightning's
+own state: every rank's RNG states (a resumed run draws as the uninterrupted one would), the
+LoRA adapters alone (the base reloads from its path), the policy's settings, the learning-rate
+plan, and the state of the plugins that have one (e.g. DPO's stored pairs).
+
+Everything is plain types and tensors, loadable with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from lit_rag.rollout.weights import strip_wrappers
+
+
+def save_state(module, checkpoint: dict) -> None:
+    """Add the module's state to ``checkpoint`` (``on_save_checkpoint``)."""
+    checkpoint["rng_states"] = _all_ranks(module, rng_states())
+    if module.policy_config.lora is not None:
+        trainable = {
+            f"model.{strip_wrappers(n)}"
+            for n, p in module.model.named_parameters()
+            if p.requires_grad
+        }
+        checkpoint["state_dict"] = {
+            k: v for k, v in checkpoint["state_dict"].items() if k in trainable
+        }
+    checkpoint["lit_rag"] = {"policy": asdict(module.policy_config)}
+    # LambdaLR's state has the step, not the plan its factor reads
+    if module.schedule_plan.current is not None:
+        checkpoint["lit_rag"]["schedule"] = dict(module.schedule_plan.current)
+    for name, plugin in stateful_plugins(module).items():
+        state = plugin.state_dict()
+        if state:
+            checkpoint["lit_rag"][name] = state
+
+
+def load_state(module, checkpoint: dict) -> None:
+    """Restore :func:`save_state`'s additions (``on_load_checkpoint``; Lightning loads the
+    weights after it)."""
+    stored = checkpoint.get("lit_rag", {})
+    for name, plugin in stateful_plugins(module).items():
+        if stored.get(name) is not None:
+            plugin.load_state_dict(stored[name])
+    # before configure_optimizers (most strategies) or after (FSDP, DeepSpeed)
+    if stored.get("schedule") is not None:
+        module.schedule_plan.restore(stored["schedule"])
+    states = checkpoint.get("rng_states")
+    if states:
+        ranks = states.get("ranks")
+        trainer = module.trainer if module._trainer is not None else None
+        if ranks and trainer is not None and len(ranks) == trainer.world_size:
+            states = ranks[trainer.global_rank]  # this rank's own, saved by the same world
+        restore_rng_states(states)
+
+
+def stateful_plugins(module) -> dict:
+    """The plugins whose ``state_dict`` the checkpoint carries, by checkpoint key."""
+    return {
+        "algorithm": module.algorithm,
+        "reward": module.reward,
+        "environment": module.environment,
+        "engine": module.engine,
+    }
+
+
+def _all_ranks(module, states: dict) -> dict:
+    """``states`` with every rank's beside it under ``ranks`` (rank 0 writes the file): each
+    resumed rank draws as it would have."""
+    world = module.trainer.world_size if module._trainer is not None else 1
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if world > 1 and distributed:
+        ranks: list = [None] * world
+        torch.distributed.all_gather_object(ranks, states)
+        states["ranks"] = ranks
+    return states
+
+
+def rng_states() -> dict:
+    """The global RNG states of torch, Python and NumPy, as plain types."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [
+            str(name),
+            torch.from_numpy(keys.astype(np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(gauss),
+        ],
+    }
+
+
+def restore_rng_states(states: dict) -> None:
+    """Set the global RNGs from :func:`rng_states`'s output."""
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    name, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
