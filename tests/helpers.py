@@ -296,3 +296,15 @@ class AnswerBook(RolloutEngine):
             )
             out.append(Generation(ids, torch.full((len(ids),), -0.5), completion, True))
         return out
+
+
+#: EVO-RAG's Table 1 as printed (evo_rag.txt Section 3.6): component -> (start, mid, end)
+EVO_RAG_TABLE_1 = {
+    "retrieval": (2.0, 1.0, 0.5),  # Retrieval Bonus (beta)
+    "action": (1.5, 0.8, 0.4),  # Retrieval Action Penalty (lambda)
+    "overlap": (0.1, 0.5, 1.2),  # Subquery Overlap Penalty (gamma)
+    "backtrack": (0.3, 0.5, 1.0),  # Backtrack Penalty (delta)
+    "refusal": (0.5, 0.5, 0.5),  # Refusal Reward (rho)
+    "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
+    "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
+}

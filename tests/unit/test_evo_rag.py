@@ -12,6 +12,7 @@ from lit_rag.callbacks import RewardWeightScheduler
 from lit_rag.plugins.algorithms.dpo import DPO, preference_pairs
 from lit_rag.plugins.rewards.evo_rag import TABLE_1, EvoRagReward, GoldCoverageVerifier, interpolate
 from lit_rag.types import Example, Passage, RewardBreakdown, Step, Trajectory
+from tests.helpers import EVO_RAG_TABLE_1 as PAPER_TABLE_1
 from tests.helpers import train_batch
 
 EX = Example(
@@ -121,18 +122,6 @@ def test_weighted_total_uses_the_time_dependent_weights():
     assert float(
         r.returns([traj(Step("search", "a", ["g1"]), Step("answer", text="Kessa"))])[0]
     ) == pytest.approx(2.011)
-
-
-#: Table 1 as the paper prints it (evo_rag.txt Section 3.6): component -> (start, mid, end)
-PAPER_TABLE_1 = {
-    "retrieval": (2.0, 1.0, 0.5),  # Retrieval Bonus (beta)
-    "action": (1.5, 0.8, 0.4),  # Retrieval Action Penalty (lambda)
-    "overlap": (0.1, 0.5, 1.2),  # Subquery Overlap Penalty (gamma)
-    "backtrack": (0.3, 0.5, 1.0),  # Backtrack Penalty (delta)
-    "refusal": (0.5, 0.5, 0.5),  # Refusal Reward (rho)
-    "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
-    "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
-}
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import EVO_RAG_TABLE_1 as PAPER_TABLE_1
+
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 ROWS = [
@@ -232,19 +234,6 @@ def test_paper_recipe_setting(recipe, key, expected, source):
     actual = value(recipe, key)
     wanted = pytest.approx(expected) if isinstance(expected, float) else expected
     assert actual == wanted, f"{recipe}.yaml {key} is {actual!r}; {source} says {expected!r}"
-
-
-#: EVO-RAG's Table 1 as printed (evo_rag.txt Section 3.6): component -> (start, mid, end);
-#: Discovery interpolates start -> mid over an episode, Refinement mid -> end
-PAPER_TABLE_1 = {
-    "retrieval": (2.0, 1.0, 0.5),  # Retrieval Bonus (beta)
-    "action": (1.5, 0.8, 0.4),  # Retrieval Action Penalty (lambda)
-    "overlap": (0.1, 0.5, 1.2),  # Subquery Overlap Penalty (gamma)
-    "backtrack": (0.3, 0.5, 1.0),  # Backtrack Penalty (delta)
-    "refusal": (0.5, 0.5, 0.5),  # Refusal Reward (rho)
-    "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
-    "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
-}
 
 
 @pytest.mark.parametrize("stage, early, late", [("discovery", 0, 1), ("refinement", 1, 2)])
