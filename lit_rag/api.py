@@ -5,7 +5,8 @@ together; the built-in plugins (algorithms, rewards, environments, retrievers, e
 this module
 (and libraries); this module re-exports the contracts that live in lit-rag's core.
 
-- Vocabulary: :class:`Example`, :class:`Passage`, :class:`Step`, :class:`Trajectory`,
+- Vocabulary: :class:`Example`, :class:`Passage`, :class:`Piece`, :class:`Step`,
+  :class:`Trajectory`,
   :class:`RewardBreakdown`, :class:`StepOutput`.
 - Typed contracts, what an environment hands the rewards and algorithms that read its
   trajectories (``Trajectory.contract``; ``meta`` is for users' own keys): the base
@@ -34,6 +35,9 @@ this module
 - Text helpers for rewards and environments: :func:`extract_tag`, :func:`tag_blocks`,
   :func:`normalize_answer`, :func:`exact_match`, :func:`f1_score`, :func:`policy_text`,
   :func:`final_answer`.
+- Answer guards for rewards that match answers: :class:`Hedging` (what a reward does with an
+  answer that lists candidates, one of :data:`HEDGING_MODES`), :func:`answer_candidates`,
+  :func:`hedged`, :func:`hedged_text`.
 - Retrieval scores for rewards and environment metrics: :func:`recall_at_k`,
   :func:`full_recall_at_k`, :func:`average_precision` (imported on first use).
 - Retrievers: :class:`Retriever` (search), :class:`IndexedRetriever` (the template owning an
@@ -70,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_rag import registry
 from lit_rag.errors import InputError
+from lit_rag.guards import HEDGING_MODES, Hedging, answer_candidates, hedged, hedged_text
 from lit_rag.models import has_adapters, resolve_path
 from lit_rag.retrieval.base import Hit, IndexedRetriever, Retriever, check_search_args, open_index
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, split_contents, write_corpus
@@ -92,7 +97,16 @@ from lit_rag.text import (
     policy_text,
     tag_blocks,
 )
-from lit_rag.types import Branch, Contract, Example, Passage, RewardBreakdown, Step, Trajectory
+from lit_rag.types import (
+    Branch,
+    Contract,
+    Example,
+    Passage,
+    Piece,
+    RewardBreakdown,
+    Step,
+    Trajectory,
+)
 
 if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
     from lit_rag.algorithm import (
@@ -271,6 +285,7 @@ def register_policy_loss(name: str | None = None) -> Callable[[Callable], Callab
 
 __all__ = [
     "CONTEXT_OVERFLOW",
+    "HEDGING_MODES",
     "KL_ESTIMATORS",
     "MANIFEST_NAME",
     "PASSAGES_NAME",
@@ -288,6 +303,7 @@ __all__ = [
     "FunctionReward",
     "Generate",
     "Generation",
+    "Hedging",
     "Hit",
     "IndexCorruptError",
     "IndexMismatchError",
@@ -297,6 +313,7 @@ __all__ = [
     "Manifest",
     "ModelConfig",
     "Passage",
+    "Piece",
     "Placement",
     "PolicyLossConfig",
     "PolicyLossFn",
@@ -322,6 +339,7 @@ __all__ = [
     "TreeVertex",
     "Turn",
     "advantage_estimator",
+    "answer_candidates",
     "atomic_index_dir",
     "average_precision",
     "build_missing_index",
@@ -340,6 +358,8 @@ __all__ = [
     "fit_passages",
     "full_recall_at_k",
     "has_adapters",
+    "hedged",
+    "hedged_text",
     "is_zero3",
     "kl_estimator",
     "load_model",

@@ -34,7 +34,7 @@ import torch
 from lit_rag import registry
 from lit_rag.errors import InputError
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage, Step, Trajectory
+from lit_rag.types import Example, Passage, Piece, Step, Trajectory
 
 #: What an environment does with a prompt that, with the token budget, does not fit the
 #: engine's context window: ``drop`` the lowest-ranked references (the last ones) until it
@@ -319,6 +319,8 @@ class Environment(ABC):
         steps: list[Step] | None = None,
         truncated: bool = False,
         meta: dict[str, Any] | None = None,
+        pieces: list[Piece] | None = None,
+        sampled: Sequence[Sequence[int]] | None = None,
     ) -> Trajectory:
         """One :class:`Trajectory`; token lists become tensors (ids and mask ``long``, log-probs
         ``float32``), tensors are kept as they are.
@@ -335,16 +337,22 @@ class Environment(ABC):
             steps: The episode's actions.
             truncated: Generation stopped at the token budget.
             meta: Anything else the environment records.
+            pieces: ``text`` by who wrote it (:class:`Piece`); None: the policy wrote it all.
+            sampled: The token ids the engine sampled for this trajectory, one list per
+                generation: the trajectory counts the trained tokens (loss mask 1) that differ
+                from them (``token_mismatch``; a run logs it, and it must stay 0).
         """
         completion_ids = _tensor(completion_ids, torch.long)  # [C]
         if loss_mask is None:
             loss_mask = torch.ones_like(completion_ids)
+        loss_mask = _tensor(loss_mask, torch.long)
+        mismatch = 0 if sampled is None else token_mismatch(completion_ids, loss_mask, sampled)
         return Trajectory(
             example=example,
             group=group,
             prompt_ids=_tensor(prompt_ids, torch.long),
             completion_ids=completion_ids,
-            loss_mask=_tensor(loss_mask, torch.long),
+            loss_mask=loss_mask,
             sampling_logprobs=_tensor(sampling_logprobs, torch.float32),
             text=text,
             steps=[] if steps is None else steps,
@@ -352,6 +360,8 @@ class Environment(ABC):
             prompt_text=prompt_text,
             meta={} if meta is None else meta,
             environment=registry.name_of("environment", type(self)),
+            pieces=[] if pieces is None else pieces,
+            token_mismatch=mismatch,
         )
 
     def rollout(
@@ -428,6 +438,18 @@ class RetrievalEnvironment(Environment):
     def setup(self) -> None:
         """Open the retriever's index now (a missing index is an error before any rollout)."""
         self.retriever.search(["lit-rag index check"], 1)
+
+
+def token_mismatch(
+    completion_ids: torch.Tensor, loss_mask: torch.Tensor, sampled: Sequence[Sequence[int]]
+) -> int:
+    """How many trained tokens (``loss_mask`` 1) differ from the engine's samples, position by
+    position, plus the difference in their counts: 0 when training takes exactly the tokens the
+    engine sampled (token in, token out; no decode and re-encode of the policy's text)."""
+    trained = completion_ids[loss_mask.bool()].tolist()
+    engine = [int(i) for ids in sampled for i in ids]
+    differ = sum(a != b for a, b in zip(trained, engine, strict=False))
+    return differ + abs(len(trained) - len(engine))
 
 
 def _tensor(values: Sequence[float] | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

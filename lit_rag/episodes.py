@@ -53,7 +53,7 @@ from typing import Any
 
 from lit_rag.environment import ContextLimit
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage, Step
+from lit_rag.types import Example, Passage, Piece, Step
 
 START = "start"
 DONE = "done"
@@ -120,7 +120,8 @@ class Episode:
         ids: The completion so far, ``[C]``: generated tokens and inserted ones.
         mask: ``[C]``, 1 at generated tokens, 0 at inserted ones (the loss mask).
         logprobs: ``[C]`` sampling log-probs, 0 at inserted tokens.
-        pieces: The completion's text, one piece per segment or insertion.
+        pieces: The completion's text, one :class:`~lit_rag.types.Piece` per segment or
+            insertion (who wrote it).
         steps: The episode's actions.
         turns: Every generation with the prompt it answered, in order.
         passages: Every passage retrieved, by id, in the order first retrieved.
@@ -138,7 +139,7 @@ class Episode:
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     passages: dict[str, Passage] = field(default_factory=dict)
@@ -158,7 +159,12 @@ class Episode:
     @property
     def text(self) -> str:
         """The completion's text so far."""
-        return "".join(self.pieces)
+        return "".join(p.text for p in self.pieces)
+
+    @property
+    def sampled(self) -> list[list[int]]:
+        """The token ids the engine sampled, one list per generation, in order."""
+        return [turn.generation.token_ids.tolist() for turn in self.turns]
 
     def generated(self, generation: Generation) -> None:
         """Append a generated segment (loss mask 1, its sampling log-probs)."""
@@ -166,14 +172,14 @@ class Episode:
         self.ids.extend(ids)
         self.mask.extend([1] * len(ids))
         self.logprobs.extend(generation.logprobs.tolist())
-        self.pieces.append(generation.text)
+        self.pieces.append(Piece(generation.text))
 
     def insert(self, ids: Sequence[int], text: str) -> None:
         """Append environment text (documents, a message): loss mask 0, log-prob 0."""
         self.ids.extend(ids)
         self.mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
-        self.pieces.append(text)
+        self.pieces.append(Piece(text, inserted=True))
 
     def end(self, reason: str, truncated: bool = False) -> None:
         """End the episode now, saying why (its handler then returns None)."""

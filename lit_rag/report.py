@@ -8,8 +8,10 @@ recipes use) or, without it, TensorBoard event files (TensorBoardLogger; needs `
 and ``rollouts.jsonl`` (:class:`lit_rag.callbacks.RolloutSampleLogger`). Writes one PNG per group
 of metrics (reward components, KL, loss, lengths, step times, validation) and ``index.html``: the
 plots, then the sampled rollouts step by step, with the documents the environment inserted set
-apart from the policy's own text. Everything from the run is HTML-escaped (model output is
-untrusted); the page has no JavaScript and links its images by relative path.
+apart from the policy's own text. Beside it, ``health.html`` (:mod:`lit_rag.report_health`): the
+run-health signals with the step of each detector mark of ``health.jsonl``, the marks, and the
+rollouts logged around each. Everything from the run is HTML-escaped (model output is
+untrusted); the pages have no JavaScript and link their images by relative path.
 
 Only the standard library at import time: matplotlib (and tensorboard, for event files) are
 imported when a report is written, so ``lit-rag --help`` stays fast.
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import html
-import json
 import math
 import re
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_rag.errors import CommandParser, InputError
+from lit_rag.report_health import read_jsonl, write_health
 
 #: a metric's name -> its points, ``(step, value)`` in step order
 Series = dict[str, list[tuple[float, float]]]
@@ -187,6 +189,11 @@ def read_tensorboard(folder: Path) -> Series:
     return {k: sorted(v) for k, v in series.items() if v}
 
 
+def _rollout_row(row: object) -> dict | None:
+    step = row.get("step") if isinstance(row, dict) else None
+    return row if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def read_rollouts(path: Path) -> tuple[list[dict], int]:
     """The rows of a ``rollouts.jsonl`` and how many lines were skipped.
 
@@ -196,27 +203,7 @@ def read_rollouts(path: Path) -> tuple[list[dict], int]:
     Args:
         path: The ``rollouts.jsonl`` file; a missing file has no rows.
     """
-    if not path.is_file():
-        return [], 0
-    rows, skipped = [], 0
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                skipped += 1
-                continue
-            if (
-                isinstance(row, dict)
-                and isinstance(row.get("step"), int)
-                and not isinstance(row["step"], bool)
-            ):
-                rows.append(row)
-            else:
-                skipped += 1
-    return rows, skipped
+    return read_jsonl(path, _rollout_row)
 
 
 # ---- plots ------------------------------------------------------------------------------------
@@ -405,6 +392,7 @@ def render_html(
     rows: list[dict] | None,
     limit: int,
     notes: list[str],
+    health: str | None = None,
 ) -> str:
     """The report page.
 
@@ -415,6 +403,7 @@ def render_html(
         rows: Rollout rows; None when the run has no ``rollouts.jsonl``.
         limit: Most steps of rollouts shown (0: all).
         notes: Summary lines (also shown on the page); a note about skipped steps is added.
+        health: The text of the link to ``health.html`` at the top; None: no link.
     """
     out = [
         "<!doctype html>",
@@ -422,8 +411,10 @@ def render_html(
         f"<title>lit-rag report: {_e(run)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>lit-rag report: {_e(run)}</h1>",
         f'<p class="note">metrics from {_e(source)}</p>',
-        "<h2>Training curves</h2>",
     ]
+    if health is not None:
+        out.append(f'<p><a href="health.html">{_e(health)}</a></p>')
+    out.append("<h2>Training curves</h2>")
     images = [f'<img src="{_e(name)}" alt="{_e(title)}">' for name, title in plots]
     out.append(
         f'<div class="plots">{"".join(images)}</div>'
@@ -457,7 +448,7 @@ def _output_folder(run: Path, out: str | Path | None) -> Path:
 def build_report(
     run_dir: str | Path, out: str | Path | None = None, rollout_steps: int = 100
 ) -> Report:
-    """Read a run folder and write its plots and ``index.html``.
+    """Read a run folder and write its plots, ``health.html`` and ``index.html``.
 
     Args:
         run_dir: A version folder or its parent (the newest ``version_N`` with metrics is read).
@@ -490,9 +481,11 @@ def build_report(
         report.notes.append(f"{rollouts}: skipped {skipped} malformed line(s)")
     if not rollouts.is_file():
         report.notes.append(f"no rollouts.jsonl in {run}: the page has plots only")
-    page = render_html(
-        run, source, plots, rows if rollouts.is_file() else None, rollout_steps, report.notes
-    )
+    shown = rows if rollouts.is_file() else None
+    health = write_health(run, report.out, series, shown, _STYLE, _rollout_html)
+    report.files += health.files
+    report.notes += health.notes
+    page = render_html(run, source, plots, shown, rollout_steps, report.notes, health.link)
     index = report.out / "index.html"
     index.write_text(page, encoding="utf-8")
     report.files.append(index)
@@ -520,8 +513,10 @@ Plot a run's curves and sampled rollouts as PNG files and an HTML page.
   lit-rag report runs/quickstart/version_0          writes runs/quickstart/version_0/report/
   lit-rag report runs/quickstart --out /tmp/report  the newest version_N in runs/quickstart
 
-Reads the run's metrics.csv (or TensorBoard event files) and rollouts.jsonl; writes a PNG per
-group of metrics (rewards, KL, loss, lengths, step times, validation) and index.html."""
+Reads the run's metrics.csv (or TensorBoard event files), rollouts.jsonl and health.jsonl;
+writes a PNG per group of metrics (rewards, KL, loss, lengths, step times, validation),
+index.html, and health.html: the run-health signals, the detectors' marks and the rollouts
+around each."""
 
 
 def build_parser() -> CommandParser:

@@ -13,8 +13,10 @@ registered under the entry-point group ``lit_rag.rewards`` like a class, and nam
 the same way; the recipe's ``init_args`` become its keyword arguments. The CLI wraps a function
 in :class:`FunctionReward`. A function may also return named components,
 ``dict[str, list[float]]``; the total is their weighted sum (weights 1 unless the recipe gives
-``weights``), each logged as ``reward/<name>``. A function that declares a ``trajectories``
-parameter also gets the trajectories (multi-turn steps, token counts).
+``weights``), each logged as ``reward/<name>``. ``completions`` are what the policy wrote
+(``Trajectory.policy_text``, without a multi-turn environment's insertions). A function that
+declares a ``trajectories`` parameter also gets the trajectories (multi-turn steps, token
+counts).
 
 Optional capabilities are declared on :class:`Reward`: ``weights`` (schedulable by callbacks
 through :meth:`~Reward.set_weights`), ``stages`` (curriculum stages, :meth:`~Reward.set_stage`),
@@ -88,6 +90,10 @@ class Reward(ABC):
 class FunctionReward(Reward):
     """A plain reward function as a :class:`Reward`.
 
+    The function's ``completions`` are what the policy wrote (``Trajectory.policy_text``):
+    never the documents or messages a multi-turn environment inserted into the completion, so a
+    retrieved passage that holds the answer cannot score.
+
     Example:
         A function ``brevity(completions, examples, max_words=2)`` returning ``[1.0, 0.0]`` for
         completions ``["Paris", "It is Paris"]`` gives ``total = [1.0, 0.0]`` and the component
@@ -133,10 +139,11 @@ class FunctionReward(Reward):
         self.weights = dict(weights or {})
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        """Call the function on the completions' texts and examples; check what it returns."""
+        """Call the function on what the policy wrote and the examples; check what it
+        returns."""
         extra = {"trajectories": trajectories} if self.wants_trajectories else {}
         out = self.function(
-            [t.text for t in trajectories],
+            [t.policy_text for t in trajectories],
             [t.example for t in trajectories],
             **self.kwargs,
             **extra,

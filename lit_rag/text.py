@@ -222,11 +222,9 @@ def tag_blocks(text: str, tag: str) -> list[str]:
 
 
 def policy_text(trajectory: Trajectory) -> str:
-    """What the policy wrote, without the environment's insertions (the steps' texts joined);
-    the whole completion text for trajectories without steps."""
-    if not trajectory.steps:
-        return trajectory.text
-    return "\n".join(step.text for step in trajectory.steps)
+    """What the policy wrote, without the environment's insertions
+    (:attr:`Trajectory.policy_text`)."""
+    return trajectory.policy_text
 
 
 def final_answer(trajectory: Trajectory, tag: str = "answer") -> str | None:

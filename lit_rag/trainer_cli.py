@@ -130,14 +130,15 @@ class LitRagCLI(LightningCLI):
 
 def add_run_callbacks(trainer) -> None:
     """What every run gets unless its recipe lists its own: :class:`PreemptionCheckpoint` (a
-    SIGTERM saves a checkpoint, then exits), :class:`RunHeader` (what runs, where it writes), and
+    SIGTERM saves a checkpoint, then exits), :class:`RunHeader` (what runs, where it writes),
+    :class:`HealthMonitor` (the run-health detectors, with their default thresholds), and
     :class:`RunProgressBar` in place of Lightning's default rich bar (which reads "Epoch 0/-2"
     when ``max_steps`` ends the run; any other bar stays)."""
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from lit_rag.callbacks import PreemptionCheckpoint, RunHeader, RunProgressBar
+    from lit_rag.callbacks import HealthMonitor, PreemptionCheckpoint, RunHeader, RunProgressBar
 
-    for kind in (PreemptionCheckpoint, RunHeader):
+    for kind in (PreemptionCheckpoint, RunHeader, HealthMonitor):
         if not any(isinstance(c, kind) for c in trainer.callbacks):
             trainer.callbacks.append(kind())
     for index, callback in enumerate(trainer.callbacks):

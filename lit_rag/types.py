@@ -186,12 +186,30 @@ class Step:
 
 
 @dataclass
+class Piece:
+    """One stretch of a completion's text and who wrote it: the policy (``inserted`` False) or
+    the environment (documents, observations, messages: ``inserted`` True).
+
+    Args:
+        text: The text.
+        inserted: True when the environment inserted it (its tokens have loss mask 0).
+    """
+
+    text: str
+    inserted: bool = False
+
+
+@dataclass
 class Trajectory:
     """One sampled episode for one example.
 
     ``completion_ids`` holds everything after the prompt: tokens the policy generated and, for
     tool-using environments, tokens the environment inserted. ``loss_mask`` has the same length
     and is 1 exactly on the tokens the policy generated; prompt tokens are never in the loss.
+
+    Text comes the same two ways: :attr:`policy_text` is what the policy wrote, the only text a
+    reward scores; :attr:`inserted_text` is what the environment put in (retrieved documents,
+    observations). ``text`` is both, in order, for display.
 
     Args:
         example: The example this episode answers.
@@ -210,6 +228,11 @@ class Trajectory:
             e.g. R2AG's ``R2AGEpisode``); None when it hands nothing beyond the fields above.
         environment: The registered name of the environment that made it (named in a
             contract's error); "" when unknown.
+        pieces: ``text`` split by who wrote each stretch (:class:`Piece`); empty when the
+            policy wrote all of it (a single-turn completion).
+        token_mismatch: Tokens with loss mask 1 that differ from what the engine sampled
+            (0 unless an environment re-encoded the policy's text; counted when the
+            environment hands the engine's samples to :meth:`Environment.trajectory`).
     """
 
     example: Example
@@ -225,6 +248,24 @@ class Trajectory:
     meta: dict[str, Any] = field(default_factory=dict)
     contract: Contract | None = None
     environment: str = ""
+    pieces: list[Piece] = field(default_factory=list)
+    token_mismatch: int = 0
+
+    @property
+    def policy_text(self) -> str:
+        """What the policy wrote: the steps' texts joined when the environment records them
+        (each step's text is the policy's own), else the pieces it wrote, else ``text``."""
+        if any(step.text for step in self.steps):
+            return "\n".join(step.text for step in self.steps)
+        if self.pieces:
+            return "".join(p.text for p in self.pieces if not p.inserted)
+        return self.text
+
+    @property
+    def inserted_text(self) -> str:
+        """What the environment inserted into the completion (documents, observations), joined;
+        "" for a single-turn completion."""
+        return "\n".join(p.text for p in self.pieces if p.inserted)
 
     @property
     def num_generated(self) -> int:

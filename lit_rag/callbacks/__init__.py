@@ -1,9 +1,11 @@
-"""Callbacks: KL monitoring, rollout logging, R2AG's progressive forest, EVO-RAG's curriculum,
-reward-weight schedule and alternating reward-model epochs, a checkpoint on SIGTERM."""
+"""Callbacks: run-health detectors, KL monitoring, rollout logging, R2AG's progressive forest,
+EVO-RAG's curriculum, reward-weight schedule and alternating reward-model epochs, a checkpoint
+on SIGTERM."""
 
 from lit_rag.callbacks.curriculum import CurriculumCallback
 from lit_rag.callbacks.forest import ProgressiveForest
 from lit_rag.callbacks.header import RunHeader
+from lit_rag.callbacks.health import HealthMonitor
 from lit_rag.callbacks.kl_monitor import KLMonitor
 from lit_rag.callbacks.preemption import PreemptionCheckpoint
 from lit_rag.callbacks.preference_model import AlternatingRewardModel
@@ -14,6 +16,7 @@ from lit_rag.callbacks.sample_logger import RolloutSampleLogger
 __all__ = [
     "AlternatingRewardModel",
     "CurriculumCallback",
+    "HealthMonitor",
     "KLMonitor",
     "PreemptionCheckpoint",
     "ProgressiveForest",

@@ -22,6 +22,7 @@ from lightning.pytorch import LightningModule
 from lit_rag import registry
 from lit_rag.algorithm import Algorithm, Prepared
 from lit_rag.environment import Environment
+from lit_rag.health import health_metrics
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.models import has_adapters
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
@@ -180,6 +181,9 @@ class PolicyModule(LightningModule):
             self.engine.sync_weights()
         metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
         metrics.update(rollout_metrics(trajectories, rewards, "reward", self.environment))
+        measured = time.perf_counter()
+        metrics.update(health_metrics(trajectories, rewards, self.environment))
+        metrics["time/health_s"] = torch.tensor(time.perf_counter() - measured)
         metrics.update({f"rollout/{k}": v for k, v in prepared.metrics.items()})
         generated = sum(t.num_generated for t in trajectories)
         metrics["tokens/generated"] = torch.tensor(float(generated))

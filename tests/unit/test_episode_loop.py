@@ -266,7 +266,7 @@ def test_a_new_environment_writes_handlers_only(tiny_policy, retriever):
         {"start": query, "answer": answer, "done_answering": done},
     )
     assert a.done and a.stop_reason == "answer" and a.passages and a.text.startswith("[")
-    inserted = len(loop.encode(a.pieces[0]))
+    inserted = len(loop.encode(a.pieces[0].text))
     assert a.mask == [0] * inserted + [1] * (len(a.ids) - inserted)
     assert len(a.turns) == 1 and a.turns[0].prompt_ids == a.prompt_ids + a.ids[:inserted]
     assert b.prompt_ids == [3] and b.group == 1

@@ -1,5 +1,6 @@
 """``lit-rag report``: plots and HTML from a run folder written by Lightning's real CSVLogger,
-one-line errors, and the ``segments`` RolloutSampleLogger writes for multi-turn episodes."""
+one-line errors, the ``segments`` RolloutSampleLogger writes for multi-turn episodes, and the
+health page (the health signals, ``health.jsonl``'s marks and the rollouts around each)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lit_rag.callbacks import RolloutSampleLogger
 from lit_rag.cli import main
 from lit_rag.modules.tiny import build_tiny_tokenizer
 from lit_rag.report import build_report, group_series, read_metrics_csv, write_report
+from lit_rag.report_health import GUARDS, read_marks
 from lit_rag.step import StepOutput
 from lit_rag.types import Example, RewardBreakdown, Trajectory
 
@@ -193,8 +195,11 @@ def test_cli_summary_counts_malformed_lines(run: Path, tmp_path: Path, capsys) -
     main(["report", str(run), "--out", str(out)])
     printed = capsys.readouterr().out
     assert "skipped 2 malformed line(s)" in printed
-    assert f"wrote 7 files to {out}:" in printed and "  index.html" in printed
-    assert sorted(p.name for p in out.iterdir()) == sorted([*PLOTS, "index.html"])
+    assert f"wrote 9 files to {out}:" in printed and "  index.html" in printed
+    # health.png: reward/total, train/kl and rollout/completion_length are health signals too
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [*PLOTS, "health.png", "health.html", "index.html"]
+    )
 
 
 def test_group_without_metrics_is_skipped_and_said(tmp_path: Path, capsys) -> None:
@@ -322,3 +327,130 @@ def test_every_column_shows_its_step_axis(tmp_path: Path, monkeypatch) -> None:
     for ax in shown:
         if ax.get_xlabel() == "step":
             assert ax.xaxis.get_tick_params()["labelbottom"]
+
+
+# ---- the health page ---------------------------------------------------------------------------
+HEALTH_LINE = "reward collapse: the moving reward fell <script>alert(2)</script>"
+
+
+def log_health_run(save_dir: Path, steps: int = 10) -> Path:
+    """A metrics.csv with the health columns a HealthMonitor run logs, through CSVLogger."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(save_dir=str(save_dir), name="run")
+    for step in range(steps):
+        metrics = {
+            "reward/total": 0.5 if step < 3 else 0.05,
+            "train/kl": 0.01 * step,
+            "rollout/completion_length": 40.0 + step,
+            "rollout/truncated_fraction": 0.1,
+            "health/entropy": 1.2 if step < 8 else 0.1,
+            "health/groups_with_variance": 0.75,
+            "health/think_words": 20.0,
+            "health/repeated_ngrams": 0.05,
+        }
+        metrics.update({guard: 0.0 for guard in GUARDS})
+        logger.log_metrics(metrics, step=step)
+    logger.save()
+    logger.finalize("success")
+    return Path(logger.log_dir)
+
+
+@pytest.fixture
+def health_run(tmp_path: Path) -> Path:
+    """Health columns; two marks (steps 3 and 8) and two malformed lines in health.jsonl;
+    rollouts logged at steps 0, 2, 4 and 8, example ``q<step>``."""
+    folder = log_health_run(tmp_path / "runs")
+    marks = [
+        {"step": 3, "detector": "reward_collapse", "metric": "reward/total", "value": 0.05},
+        {"step": 8, "detector": "entropy_collapse", "metric": "health/entropy", "value": None},
+    ]
+    marks[0]["line"], marks[1]["line"] = HEALTH_LINE, "entropy collapse (health/entropy 0.1)"
+    lines = [json.dumps(m) for m in marks]
+    lines.insert(1, '{"step": "5", "detector": "x", "metric": "y", "value": 1, "line": ""}')
+    lines.append('{"step": 9, "detector": "trunc')  # a run killed mid-write
+    (folder / "health.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows = [{"step": s, "example_id": f"q{s}", "completion": f"c{s}"} for s in (0, 2, 4, 8)]
+    (folder / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def _section(page: str, anchor: str) -> str:
+    return page.split(f'<section id="{anchor}">')[1].split("</section>")[0]
+
+
+def test_health_page_lists_marks_and_the_rollouts_around_them(health_run: Path, capsys) -> None:
+    main(["report", str(health_run)])
+    assert "health.jsonl: skipped 2 malformed line(s)" in capsys.readouterr().out
+    out = health_run / "report"
+    with Image.open(out / "health.png") as image:
+        assert image.format == "PNG"
+        image.verify()
+    page = (out / "health.html").read_text(encoding="utf-8")
+    assert "<b>2 detector marks</b>" in page and '<img src="health.png"' in page
+    assert "<td>1</td><td>3</td><td>reward_collapse</td><td>reward/total</td><td>0.05</td>" in page
+    assert "<td>2</td><td>8</td><td>entropy_collapse</td><td>health/entropy</td><td></td>" in page
+    assert "<script" not in page and "fell &lt;script&gt;alert(2)&lt;/script&gt;" in page
+    # mark 1 at step 3: the logged steps 1..5 are 2 and 4; mark 2 at step 8: steps 6..10 hold 8
+    assert '<a href="#mark-1">2 rollouts</a>' in page and '<a href="#mark-2">1 rollout</a>' in page
+    around = {i: _section(page, f"mark-{i}") for i in (1, 2)}
+    assert [s for s in (0, 2, 4, 8) if f"<td>q{s}</td>" in around[1]] == [2, 4]
+    assert [s for s in (0, 2, 4, 8) if f"<td>q{s}</td>" in around[2]] == [8]
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert '<a href="health.html">Run health: 2 detector marks</a>' in index
+
+
+def test_health_plot_marks_the_metric_and_reward_panels(health_run: Path, monkeypatch) -> None:
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
+    build_report(health_run)
+    (fig,) = [f for f in figures if "Run health" in f.get_suptitle()]
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    # every signal logged, each in its own panel, the reward first
+    assert list(panels)[0] == "reward/total" and len(panels) == 8 + len(GUARDS)
+    labels = {key: sorted(t.get_text() for t in ax.texts) for key, ax in panels.items()}
+    assert labels["reward/total"] == ["entropy_collapse", "reward_collapse"]
+    assert labels["health/entropy"] == ["entropy_collapse"]
+    assert labels["train/kl"] == []
+    marked = [line.get_xdata()[0] for line in panels["reward/total"].lines[1:]]  # [0]: the curve
+    assert sorted(marked) == [3, 8]
+
+
+def test_health_columns_stay_out_of_the_index_groups(health_run: Path) -> None:
+    groups = group_series(read_metrics_csv(health_run / "metrics.csv"))
+    grouped = {key for group in groups.values() for key in group}
+    assert not grouped & {"health/entropy", "health/groups_with_variance", *GUARDS}
+
+
+def test_health_page_without_marks_or_columns(tmp_path: Path) -> None:
+    quiet = log_health_run(tmp_path / "quiet")  # health columns, no detector fired
+    build_report(quiet)
+    page = (quiet / "report" / "health.html").read_text(encoding="utf-8")
+    assert "<b>no detector fired</b>" in page and "<table>" not in page
+    index = (quiet / "report" / "index.html").read_text(encoding="utf-8")
+    assert '<a href="health.html">Run health: no detector fired</a>' in index
+    old = log_run(tmp_path / "old", validation=False)  # before health monitoring
+    build_report(old)
+    page = (old / "report" / "health.html").read_text(encoding="utf-8")
+    assert "this run predates health monitoring" in page
+    assert 'href="health.html"' not in (old / "report" / "index.html").read_text()
+
+
+def test_malformed_health_lines_are_skipped(tmp_path: Path) -> None:
+    good = {"step": 2, "detector": "hedging", "metric": "m", "value": 0.5, "line": "x"}
+    bad = [
+        "not json",
+        "[1, 2]",
+        json.dumps({**good, "step": True}),
+        json.dumps({**good, "step": -1}),
+        json.dumps({**good, "value": "high"}),
+        json.dumps({**good, "detector": 5}),
+        json.dumps({**good, "value": 10**400}),  # an integer no float holds
+    ]
+    lines = [*bad, json.dumps({**good, "step": 7}), "", json.dumps(good), '{"step": NaN}']
+    (tmp_path / "health.jsonl").write_text("\n".join(lines), encoding="utf-8")
+    marks, skipped = read_marks(tmp_path / "health.jsonl")
+    assert [m.step for m in marks] == [2, 7] and skipped == len(bad) + 1  # the blank line is not
+    assert read_marks(tmp_path / "missing.jsonl") == ([], 0)

@@ -323,6 +323,7 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             steps=e.steps,
             truncated=not finished,
             prompt_text=prompt,
+            sampled=[list(ids)],
         )
         trajectory.contract = EvoRagBranch(state, t, dict(e.passages))
         return trajectory

@@ -63,6 +63,7 @@ from lit_rag.api import (
     Generate,
     Generation,
     Passage,
+    Piece,
     R2AGEpisode,
     R2AGInference,
     R2AGTree,
@@ -430,10 +431,8 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         starts once every tree is done, so the two times of Table 4 stay apart.
         """
         loop = EpisodeLoop(engine, params, self.retriever)
-        trees = [
-            Episode(ex, i, [], meta={"iterations": 0, "dropped": 0})
-            for i, ex in enumerate(examples)
-        ]
+        meta = {"iterations": 0, "dropped": 0}
+        trees = [Episode(ex, i, [], meta=dict(meta)) for i, ex in enumerate(examples)]
         started = time.perf_counter()
         loop.run(trees, {"start": self._expand, "expanded": self._select, "retrieved": self._grown})
         retrieval_s = time.perf_counter() - started
@@ -488,7 +487,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         exp, base, predicted = self._branches(gen)
         e.meta["iterations"] += 1
         e.meta["dropped"] += len(exp.base) + len(exp.predicted) - len(base) - len(predicted)
-        e.pieces.append(self.assistant_prefix + gen.text + "\n")
+        e.pieces.append(Piece(self.assistant_prefix + gen.text + "\n"))
         return Search("retrieved", base + predicted, self.val_top_k)
 
     def _grown(self, loop: EpisodeLoop, e: Episode, hits: list[list]) -> Request:
@@ -554,6 +553,9 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
         return prompt, encode_prompts(loop.tokenizer, [prompt])[0]
 
     def extract_answer(self, trajectory: Trajectory) -> str:
+        episode = R2AGEpisode.find(trajectory, "environment retrieval_tree (extract_answer)")
+        if episode is not None and episode.inference is None:  # an expansion: it never answers
+            return ""
         answer = extract_tag(trajectory.text, "answer")
         return answer if answer is not None else trajectory.text.strip()
 

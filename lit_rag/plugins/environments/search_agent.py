@@ -63,6 +63,7 @@ from lit_rag.api import (
     Example,
     Generate,
     Generation,
+    Piece,
     Request,
     RetrievalEnvironment,
     Retriever,
@@ -402,7 +403,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             text = loop.tokenizer.decode(ids)
         left = self.max_response_tokens - len(e.ids)
         if len(ids) >= left:
-            e.insert(ids[: max(left, 0)], text)
+            kept = ids[: max(left, 0)]
+            e.insert(kept, loop.tokenizer.decode(kept) if len(kept) < len(ids) else text)
             e.end("max_response_tokens", truncated=True)
             return
         e.insert(ids, text)
@@ -421,6 +423,8 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             prompt_text=e.prompt_text,
             steps=e.steps,
             truncated=e.truncated,
+            pieces=[Piece(self.assistant_prefix, inserted=True), *e.pieces],
+            sampled=e.sampled,
         )
         trajectory.contract = SearchEpisode(e.stop_reason, e.meta["turns"])
         return trajectory

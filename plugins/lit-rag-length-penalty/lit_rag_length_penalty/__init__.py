@@ -62,6 +62,8 @@ class LengthPenaltyReward(Reward):
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Score the last complete ``<answer>`` of each trajectory by its word count."""
-        scores = [length_score(extract_tag(t.text, "answer"), self.max_words) for t in trajectories]
+        scores = [
+            length_score(extract_tag(t.policy_text, "answer"), self.max_words) for t in trajectories
+        ]
         length = torch.tensor(scores, dtype=torch.float32)  # [N]
         return RewardBreakdown(total=self.weights["length"] * length, components={"length": length})
