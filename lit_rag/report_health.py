@@ -78,6 +78,8 @@ class Mark:
         metric: The metric it watches.
         value: The metric's value at that step (None: not logged).
         line: What it printed.
+        batch: The training batch it fired at, counted from 0 as ``metrics.csv``'s ``step``
+            column counts (the plots' axis); None in a file without it: ``step - 1``.
     """
 
     step: int
@@ -85,6 +87,12 @@ class Mark:
     metric: str
     value: float | None
     line: str
+    batch: int | None = None
+
+    @property
+    def x(self) -> int:
+        """Where the mark sits on the plots' step axis (``metrics.csv``'s ``step``)."""
+        return self.batch if self.batch is not None else max(0, self.step - 1)
 
 
 @dataclass
@@ -141,7 +149,10 @@ def _mark(row: object) -> Mark | None:
     ok, value = _value(row.get("value"))
     if not ok or not all(isinstance(n, str) for n in names):
         return None
-    return Mark(step, row["detector"], row["metric"], value, line)
+    batch = row.get("batch")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch <= _MAX_STEP:
+        batch = None
+    return Mark(step, row["detector"], row["metric"], value, line, batch)
 
 
 def read_jsonl(path: Path, parse: Callable[[object], T | None]) -> tuple[list[T], int]:
@@ -181,9 +192,9 @@ def read_marks(path: Path) -> tuple[list[Mark], int]:
 
 # ---- the plot ---------------------------------------------------------------------------------
 def _draw_mark(ax, mark: Mark) -> None:
-    ax.axvline(mark.step, color="tab:red", linestyle="--", linewidth=1)
+    ax.axvline(mark.x, color="tab:red", linestyle="--", linewidth=1)
     ax.text(
-        mark.step,
+        mark.x,
         0.97,
         mark.detector,
         transform=ax.get_xaxis_transform(),  # x in steps, y in the panel's height

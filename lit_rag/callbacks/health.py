@@ -1,7 +1,8 @@
 """``HealthMonitor``: the detectors of :mod:`lit_rag.detectors` run on every training step.
 
 A detector that fires prints one line (what it saw, what helped others) and is written, with
-its step, to ``<log_dir>/health.jsonl``, which ``lit-rag report`` marks on its health page. It
+its step (as the console counts) and batch (as ``metrics.csv`` counts, from 0), to
+``<log_dir>/health.jsonl``, which ``lit-rag report`` marks on its health page. It
 never stops the run unless the recipe names it in ``stop_on``; then the run saves
 ``<log_dir>/checkpoints/health-stop-step=N.ckpt`` first and stops.
 
@@ -59,6 +60,8 @@ class HealthMonitor(Callback):
                 f"on: {', '.join(sorted(names))}"
             )
         self.marks: list[dict] = []
+        #: training batches seen (a mark's ``batch`` counts as metrics.csv's ``step`` does)
+        self.batches = 0
         self._folder: Path | None = None
 
     @property
@@ -92,13 +95,15 @@ class HealthMonitor(Callback):
         values = dict(
             zip(self.metrics, self.global_values(pl_module, StepOutput.of(outputs)), strict=True)
         )
+        self.batches += 1
         stop = []
         for detector in self.detectors:
             line = detector.update(values.get(detector.metric))
             if line is None:
                 continue
             step = trainer.global_step
-            mark = {"step": step, "detector": detector.name, "metric": detector.metric}
+            mark = {"step": step, "batch": self.batches - 1, "detector": detector.name}
+            mark["metric"] = detector.metric
             mark.update(value=values[detector.metric], line=line)
             self.marks.append(mark)
             if trainer.is_global_zero:
@@ -141,6 +146,7 @@ class HealthMonitor(Callback):
                 for d in self.detectors
             },
             "marks": list(self.marks),
+            "batches": self.batches,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -152,6 +158,7 @@ class HealthMonitor(Callback):
             d.held, d.clear = int(row.get("held", 0)), int(row.get("clear", 0))
             d.fired = bool(row.get("fired", False))
         self.marks = list(state_dict.get("marks", []))
+        self.batches = int(state_dict.get("batches", 0))
 
 
 def say(trainer: Trainer, line: str) -> None:

@@ -272,7 +272,7 @@ def test_fit_prints_the_line_marks_the_step_and_stops_with_a_checkpoint(isolated
     assert "stopping at step 3 (no_variance in stop_on)" in said[-1]
     (marks,) = list(isolated.rglob("health.jsonl"))
     rows = [json.loads(line) for line in marks.read_text().splitlines()]
-    assert [(r["step"], r["detector"]) for r in rows] == [(3, "no_variance")]
+    assert [(r["step"], r["batch"], r["detector"]) for r in rows] == [(3, 2, "no_variance")]
     (ckpt,) = list(isolated.rglob("health-stop-step=3.ckpt"))
     assert ckpt.stat().st_size > 0
     (metrics,) = list(isolated.rglob("metrics.csv"))

@@ -362,10 +362,11 @@ def health_run(tmp_path: Path) -> Path:
     rollouts logged at steps 0, 2, 4 and 8, example ``q<step>``."""
     folder = log_health_run(tmp_path / "runs")
     marks = [
-        {"step": 3, "detector": "reward_collapse", "metric": "reward/total", "value": 0.05},
+        {"step": 3, "batch": 2, "detector": "reward_collapse", "metric": "reward/total"},
         {"step": 8, "detector": "entropy_collapse", "metric": "health/entropy", "value": None},
     ]
     marks[0]["line"], marks[1]["line"] = HEALTH_LINE, "entropy collapse (health/entropy 0.1)"
+    marks[0]["value"] = 0.05
     lines = [json.dumps(m) for m in marks]
     lines.insert(1, '{"step": "5", "detector": "x", "metric": "y", "value": 1, "line": ""}')
     lines.append('{"step": 9, "detector": "trunc')  # a run killed mid-write
@@ -415,7 +416,8 @@ def test_health_plot_marks_the_metric_and_reward_panels(health_run: Path, monkey
     assert labels["health/entropy"] == ["entropy_collapse"]
     assert labels["train/kl"] == []
     marked = [line.get_xdata()[0] for line in panels["reward/total"].lines[1:]]  # [0]: the curve
-    assert sorted(marked) == [3, 8]
+    # on metrics.csv's axis (batches from 0): the mark's batch, else its step - 1
+    assert sorted(marked) == [2, 7]
 
 
 def test_health_columns_stay_out_of_the_index_groups(health_run: Path) -> None:
