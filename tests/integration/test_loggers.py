@@ -93,8 +93,8 @@ def test_report_on_a_real_run(csv_and_tensorboard: Path, capsys) -> None:
     out = run / "version_0" / "report"
     # 6 plots (validation too), the page, and the run-health plot and page
     assert f"wrote 9 files to {out}:" in printed, printed
-    assert (out / "health.html").is_file() and 'href="health.html"' in (out / "index.html").read_text()
     page = (out / "index.html").read_text(encoding="utf-8")
+    assert (out / "health.html").is_file() and 'href="health.html"' in page
     # RolloutSampleLogger writes after each optimizer step: global_step 1 and 2, 4 rows each
     # (max_per_step 4 = batch 2 x group 2)
     for step in (1, 2):
