@@ -124,7 +124,7 @@ def report_dir(tmp_path_factory) -> Path:
         for row in hostile_rows(rows[-1]):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     printed = lit_rag("report", str(run), cwd=root)
-    assert f"wrote 7 files to {run / 'report'}:" in printed, printed  # 6 plots and the page
+    assert f"wrote 9 files to {run / 'report'}:" in printed, printed  # 7 plots and 2 pages
     return run / "report"
 
 
@@ -166,7 +166,7 @@ def test_report_page_in_chromium(report_dir: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     index = report_dir / "index.html"
-    pngs = sorted(p.name for p in report_dir.glob("*.png"))
+    pngs = sorted(p.name for p in report_dir.glob("*.png") if p.name != "health.png")
     rows = [json.loads(line) for line in (report_dir.parent / "rollouts.jsonl").open()]
     with sync_playwright() as playwright:
         browser = Browser(playwright)
@@ -215,6 +215,34 @@ def test_report_page_in_chromium(report_dir: Path) -> None:
                 browser.screenshot(os.environ["LIT_RAG_REPORT_SCREENSHOT"])
         finally:
             browser.close()
+
+
+def test_health_page_in_chromium(report_dir: Path) -> None:
+    """The run-health page: its plot loads, it links back to the report, and it fetches nothing
+    else and runs nothing."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = Browser(playwright)
+        try:
+            browser.open(report_dir / "health.html")
+            page = browser.page
+            images = page.evaluate(
+                """() => [...document.images].map(i => ({src: i.getAttribute('src'),
+                    complete: i.complete, width: i.naturalWidth, shown: i.clientWidth}))"""
+            )
+            assert [i["src"] for i in images] == ["health.png"], images
+            assert images[0]["complete"] and images[0]["width"] > 0 and images[0]["shown"] > 0
+            assert page.locator('a[href="index.html"]').count() == 1
+            assert page.evaluate("document.scripts.length") == 0
+            assert browser.errors == [], browser.errors
+            assert browser.failed == [], browser.failed
+            fetched = sorted(Path(url.removeprefix("file://")).name for url in browser.requests)
+            assert fetched == ["health.html", "health.png"], browser.requests
+        finally:
+            browser.close()
+    index = (report_dir / "index.html").read_text(encoding="utf-8")
+    assert 'href="health.html"' in index
 
 
 def screenshot_run(run_dir: str, png: str, height: int = 1600) -> None:
