@@ -49,7 +49,8 @@ this module
   :func:`corpus_fingerprint`, :func:`split_contents`; building: :func:`atomic_index_dir`,
   :func:`build_missing_index`, :func:`open_index`.
 - Rollout engines: :class:`RolloutEngine`, :class:`SamplingParams`, :class:`Generation`;
-  weights to sync: :func:`checkpoint_weights`, :func:`is_zero3`, :func:`has_adapters`;
+  weights to sync: :func:`checkpoint_weights`, :func:`is_zero3`, :func:`has_adapters`,
+  :func:`policy_path`;
   :func:`resolve_dtype`.
 - Models a plugin loads itself (a model-based reward): :class:`ModelConfig`,
   :func:`load_model`, :func:`load_tokenizer`, :func:`resolve_path` (imported on first use).
@@ -176,6 +177,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
     from lit_rag.rollout.weights import (
         checkpoint_weights,
         is_zero3,
+        policy_path,
     )
     from lit_rag.step import (
         StepOutput,
@@ -219,6 +221,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "SamplingParams": ("lit_rag.rollout.base", "SamplingParams"),
     "checkpoint_weights": ("lit_rag.rollout.weights", "checkpoint_weights"),
     "is_zero3": ("lit_rag.rollout.weights", "is_zero3"),
+    "policy_path": ("lit_rag.rollout.weights", "policy_path"),
     "StepOutput": ("lit_rag.step", "StepOutput"),
     "average_precision": ("lit_rag.metrics.retrieval", "average_precision"),
     "full_recall_at_k": ("lit_rag.metrics.retrieval", "full_recall_at_k"),
@@ -361,6 +364,7 @@ __all__ = [
     "hedged",
     "hedged_text",
     "is_zero3",
+    "policy_path",
     "kl_estimator",
     "load_model",
     "load_tokenizer",

@@ -321,6 +321,7 @@ class Environment(ABC):
         meta: dict[str, Any] | None = None,
         pieces: list[Piece] | None = None,
         sampled: Sequence[Sequence[int]] | None = None,
+        versions: Sequence[tuple[int, int] | None] | None = None,
     ) -> Trajectory:
         """One :class:`Trajectory`; token lists become tensors (ids and mask ``long``, log-probs
         ``float32``), tensors are kept as they are.
@@ -341,6 +342,8 @@ class Environment(ABC):
             sampled: The token ids the engine sampled for this trajectory, one list per
                 generation: the trajectory counts the trained tokens (loss mask 1) that differ
                 from them (``token_mismatch``; a run logs it, and it must stay 0).
+            versions: Each generation's :attr:`Generation.versions`, in order (kept when a
+                rollout worker set them): the policy versions the segments were sampled under.
         """
         completion_ids = _tensor(completion_ids, torch.long)  # [C]
         if loss_mask is None:
@@ -362,6 +365,7 @@ class Environment(ABC):
             environment=registry.name_of("environment", type(self)),
             pieces=[] if pieces is None else pieces,
             token_mismatch=mismatch,
+            versions=[tuple(v) for v in versions or [] if v is not None],
         )
 
     def rollout(
@@ -390,6 +394,7 @@ class Environment(ABC):
                 self.assistant_prefix + generation.text,
                 truncated=not generation.finished,
                 prompt_text=prompts.texts[group],
+                versions=[generation.versions],
             )
             for group, generation in zip(prompts.groups, generations, strict=True)
         ]

@@ -166,6 +166,11 @@ class Episode:
         """The token ids the engine sampled, one list per generation, in order."""
         return [turn.generation.token_ids.tolist() for turn in self.turns]
 
+    @property
+    def versions(self) -> list[tuple[int, int] | None]:
+        """Each generation's policy versions (:attr:`Generation.versions`), in order."""
+        return [turn.generation.versions for turn in self.turns]
+
     def generated(self, generation: Generation) -> None:
         """Append a generated segment (loss mask 1, its sampling log-probs)."""
         ids = generation.token_ids.tolist()

@@ -233,6 +233,9 @@ class Trajectory:
         token_mismatch: Tokens with loss mask 1 that differ from what the engine sampled
             (0 unless an environment re-encoded the policy's text; counted when the
             environment hands the engine's samples to :meth:`Environment.trajectory`).
+        versions: ``(first, last)`` policy version of each generated segment, in order, when
+            rollout workers sampled it (``model.rollout.workers``); empty for the colocated
+            engines, which sample the current weights.
     """
 
     example: Example
@@ -250,6 +253,7 @@ class Trajectory:
     environment: str = ""
     pieces: list[Piece] = field(default_factory=list)
     token_mismatch: int = 0
+    versions: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def policy_text(self) -> str:

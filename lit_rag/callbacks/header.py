@@ -53,6 +53,10 @@ class RunHeader(Callback):
             _name(getattr(pl_module, kind), kind) for kind in ("environment", "reward", "algorithm")
         )
         engine = _name(pl_module.engine, "engine")
+        settings = getattr(pl_module, "rollout_settings", None)
+        if settings is not None and settings.workers:
+            workers = f"{settings.workers} rollout worker" + ("s" if settings.workers > 1 else "")
+            engine += f" in {workers} (max_staleness {settings.max_staleness})"
         names = {
             "SingleDeviceStrategy": "single device",
             "DDPStrategy": "ddp",

@@ -118,6 +118,15 @@ class ResumableLoader:
             self._batches_yielded += 1
             yield batch
 
+    def batch_at(self, epoch: int, index: int) -> list[Example] | None:
+        """Batch ``index`` of ``epoch`` as a pass serves it (None past the epoch's end): what
+        rollout workers start on ahead of the step that trains it."""
+        order = self.indices(epoch)
+        start = index * self.batch_size
+        if index < 0 or start >= len(order):
+            return None
+        return [self.examples[i] for i in order[start : start + self.batch_size]]
+
     def state_dict(self) -> dict[str, int]:
         """Position in the data: ``{"epoch": e, "batches_yielded": b}``."""
         return {"epoch": self._epoch, "batches_yielded": self._batches_yielded}

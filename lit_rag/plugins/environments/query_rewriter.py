@@ -311,8 +311,10 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             turn = e.turns[t]
             prompt, prompt_ids, gen = turn.prompt_text, turn.prompt_ids, turn.generation
             ids, logprobs, finished = gen.token_ids, gen.logprobs, gen.finished
+            versions = [gen.versions]
         else:  # an episode with no step (T_max = 0 is refused, so only a defensive default)
             prompt, prompt_ids, ids, logprobs, finished = "", [], [], [], True
+            versions = []
         trajectory = self.trajectory(
             e.example,
             e.group,
@@ -324,6 +326,7 @@ class QueryRewriterEnvironment(RetrievalEnvironment):
             truncated=not finished,
             prompt_text=prompt,
             sampled=[list(ids)],
+            versions=versions,
         )
         trajectory.contract = EvoRagBranch(state, t, dict(e.passages))
         return trajectory

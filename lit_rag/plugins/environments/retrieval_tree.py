@@ -372,6 +372,7 @@ class RetrievalTreeEnvironment(RetrievalEnvironment):
             steps=e.steps,
             truncated=not gen.finished,
             prompt_text=e.prompt_text,
+            versions=[gen.versions],
         )
         trajectory.contract = R2AGEpisode(
             depth=state.depth,

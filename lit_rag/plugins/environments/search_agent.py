@@ -425,6 +425,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
             truncated=e.truncated,
             pieces=[Piece(self.assistant_prefix, inserted=True), *e.pieces],
             sampled=e.sampled,
+            versions=e.versions,
         )
         trajectory.contract = SearchEpisode(e.stop_reason, e.meta["turns"])
         return trajectory

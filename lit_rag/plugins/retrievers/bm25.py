@@ -117,6 +117,14 @@ class BM25Retriever(IndexedRetriever):
         }
         self._bm25: Any = None
 
+    def __getstate__(self) -> dict:
+        # PyStemmer's stemmer does not pickle (a rollout worker gets the retriever pickled)
+        return {**self.__dict__, "_stem": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._stem = _make_stemmer(self.settings["stemmer"])
+
     def _tokenize(self, texts: list[str]) -> list[list[str]]:
         import bm25s
 

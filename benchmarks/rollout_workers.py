@@ -1,0 +1,132 @@
+"""Colocated rollout against rollout workers, on the same recipe, seed and steps.
+
+Runs ``lit-rag fit`` once per mode, one after another (never two at once), each in its own
+folder under ``--out``:
+
+- ``colocated``: the recipe as it is: the engine in the training process, all cores;
+- ``workers k=K``: ``--model.rollout.workers=1 --model.rollout.max_staleness=K`` for each K in
+  ``--staleness``: rollout in one worker process pinned to one core (``cores_per_worker``),
+  the trainer on the other cores.
+
+Every run validates once, at its last step. Then it prints, per run, from ``metrics.csv``: the
+mean step time (``time/step_s``, wall seconds from one step's start to the next, first step
+left out: it includes loading vLLM), samples per second (samples per step / step time), where
+the step's time went (the trainer's wait for rollouts, the worker's seconds on the batch,
+the update, the weight push), the staleness trained on, the reward of every step and the
+validation EM. Each run's folder is kept for ``benchmarks/async_sim.py --check``.
+
+    python benchmarks/rollout_workers.py --config recipes/quickstart.yaml --steps 8
+    python benchmarks/rollout_workers.py --config recipes/eval_rar_quickstart.yaml --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def run(config: str, steps: int, folder: Path, extra: list[str]) -> tuple[Path, float]:
+    """One ``lit-rag fit``; its metrics.csv and wall seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        "lit-rag", "fit", "--config", str(Path(config).resolve()),
+        f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps}",
+        "--trainer.logger.init_args.save_dir=runs", "--trainer.logger.init_args.name=run",
+        "--trainer.default_root_dir=.", *extra,
+    ]  # fmt: skip
+    print("$", shlex.join(command), f"  (in {folder})", flush=True)
+    started = time.perf_counter()
+    with open(folder / "log.txt", "w", encoding="utf-8") as log:
+        code = subprocess.call(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"run failed (exit {code}); see {folder / 'log.txt'}")
+    versions = sorted((folder / "runs" / "run").glob("version_*"))
+    return versions[-1] / "metrics.csv", seconds
+
+
+def summary(path: Path, samples_per_step: int) -> dict:
+    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    steps = [r for r in rows if r.get("reward/total")]
+
+    def mean(key: str, skip_first: bool = False) -> float:
+        part = steps[1:] if skip_first else steps
+        values = [float(r[key]) for r in part if r.get(key, "") != ""]
+        return sum(values) / len(values) if values else float("nan")
+
+    step_s = mean("time/step_s")  # logged from the second step on
+    val = [float(r["val/em"]) for r in rows if r.get("val/em", "") != ""]
+    return {
+        "step_s": step_s,
+        "samples_s": samples_per_step / step_s,
+        "rollout_s": mean("time/rollout_s", True),
+        "worker_s": mean("time/worker_rollout_s", True),
+        "update_s": mean("time/update_s", True),
+        "push_s": mean("time/weight_push_s", True),
+        "staleness": mean("rollout/staleness_mean", True),
+        "rewards": [round(float(r["reward/total"]), 3) for r in steps],
+        "val_em": val[-1] if val else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--samples-per-step", type=int, default=None,
+                        help="prompts x group size (default: read from the recipe)")  # fmt: skip
+    parser.add_argument("--out", default="runs/rollout_workers")
+    args = parser.parse_args()
+    import yaml
+
+    recipe = yaml.safe_load(open(args.config, encoding="utf-8"))
+    per_step = args.samples_per_step or (
+        recipe["data"]["batch_size"] * recipe["model"].get("group_size", 4)
+    )
+    out = Path(args.out) / Path(args.config).stem
+    modes = [("colocated", [])] + [
+        (f"workers k={k}", ["--model.rollout.workers=1", f"--model.rollout.max_staleness={k}"])
+        for k in args.staleness
+    ]
+    results = []
+    for name, extra in modes:
+        metrics, seconds = run(args.config, args.steps, out / name.replace(" ", "_"), extra)
+        results.append((name, summary(metrics, per_step), seconds, metrics.parent))
+    print(f"\n{args.config}, {args.steps} steps of {per_step} samples; CPU: {_cpu()}")
+    head = ("mode", "step s", "samples/s", "ratio", "rollout wait s", "worker s", "update s",
+            "push s", "staleness", "val EM", "wall s")  # fmt: skip
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    base = results[0][1]["step_s"]
+    for name, s, seconds, _ in results:
+        cells = [name, f"{s['step_s']:.2f}", f"{s['samples_s']:.3f}", f"{base / s['step_s']:.2f}x",
+                 f"{s['rollout_s']:.2f}", f"{s['worker_s']:.2f}", f"{s['update_s']:.2f}",
+                 f"{s['push_s']:.2f}", f"{s['staleness']:.2f}", f"{s['val_em']:.3f}",
+                 f"{seconds:.0f}"]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+    print("\nreward per step (same seed):")
+    for name, s, _, folder in results:
+        print(f"  {name:<12} {s['rewards']}   ({folder})")
+    print("\n" + " ".join(["python", *map(shlex.quote, sys.argv)]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""A :class:`~lit_rag.modules.policy.PolicyModule`'s rollouts through rollout workers
+(``model.rollout.workers``; docs/DESIGN.md, "Rollout workers").
+
+One training step, staleness bound k and ``prefetch`` p (default k):
+
+1. the batch Lightning hands the step is looked up among the jobs already sent (a batch sent
+   ahead by an earlier step); if it is not there it is sent now;
+2. the next p batches of the epoch (:meth:`~lit_rag.data.datamodule.ResumableLoader.batch_at`)
+   are sent, if not yet: the workers roll them out while this step waits and updates;
+3. the step waits for its batch, then bounds staleness: a group with a sample whose oldest
+   segment is more than k versions behind is regenerated from the current weights or dropped
+   (``stale``), counted either way;
+4. after the update the new weights are pushed (policy version + 1).
+
+With p = 0 and one worker the worker samples from this process's random stream (states sent
+with the job and taken back), so a run gives the colocated engine's samples and weights.
+
+Faults: a worker that dies is restarted by :class:`~lit_rag.rollout.workers.RolloutWorkers`;
+when the run must stop instead, every rank learns it at the same point of the step (one
+``any_rank``), saves ``worker-fault-step=N.ckpt`` (the weights of the last update: no
+update is lost; the batch in flight is not trained) and stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from pathlib import Path
+
+import torch
+
+from lit_rag.data.datamodule import ResumableLoader
+from lit_rag.errors import InputError
+from lit_rag.modules.ranks import any_rank
+from lit_rag.rollout.base import Placement, SamplingParams
+from lit_rag.rollout.weights import policy_path
+from lit_rag.rollout.workers import RolloutSettings, RolloutWorkers, WorkerFault, payload
+from lit_rag.types import Example, Trajectory
+
+
+def worker_rollout(module, settings: RolloutSettings) -> WorkerRollout | None:
+    """The module's rollout workers, or None where the engine runs in the training process;
+    one line when the recipe's engine cannot run in a worker."""
+    if settings.workers == 0:
+        return None
+    engine = module.engine
+    if not engine.serves_pushed_weights:
+        raise InputError(
+            f"model rollout workers need an engine that runs in a worker process; the engine "
+            f"'{type(engine).__name__}' does not; allowed: vllm (or model.rollout.workers: 0)"
+        )
+    if getattr(engine, "lora_sync", "merge") != "merge":
+        raise InputError(
+            "model rollout workers receive merged weights: engine lora_sync must be merge"
+        )
+    return WorkerRollout(module, settings)
+
+
+def _key(examples: list[Example]) -> tuple[str, ...]:
+    return tuple(e.id for e in examples)
+
+
+class WorkerRollout:
+    """Rollouts of a policy module through its rank's workers."""
+
+    def __init__(self, module, settings: RolloutSettings) -> None:
+        self.module, self.settings = module, settings
+        self.workers = RolloutWorkers(
+            settings, payload(module.environment, module.engine), module.policy_config
+        )
+        self._ahead: dict[tuple[str, ...], list[int]] = {}  # a batch sent ahead -> its jobs
+        self.fault: str | None = None
+        weakref.finalize(self, self.workers.close)
+        atexit.register(self.workers.close)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the workers (first use; every rank): they get the current weights."""
+        if self.workers.started:
+            return
+        module = self.module
+        trainer = module.trainer if module._trainer is not None else None
+        placement = Placement()
+        if trainer is not None:
+            placement = Placement(
+                trainer.global_rank, trainer.world_size, trainer.local_rank, trainer.num_devices
+            )
+        seed = module.engine.seed if getattr(module.engine, "seed", None) is not None else None
+        seed = torch.initial_seed() % 2**31 if seed is None else seed
+        self.seed = int(seed)
+        path = getattr(module.engine, "model_path", None) or policy_path(module.model)
+        self.workers.start(module.model, path, placement, self.seed)
+
+    def close(self) -> None:
+        self._ahead.clear()
+        self.workers.close()
+
+    # ---- rollouts ------------------------------------------------------------------------
+    def rollout(
+        self, examples: list[Example], params: SamplingParams, group_size: int | None
+    ) -> list[Trajectory]:
+        """A rollout from the current weights, waited for (validation, DAPO's refill)."""
+        self.start()
+        ids = self.workers.submit(examples, group_size, params, self.seed)
+        return self.workers.take(ids).trajectories
+
+    def train_batch(
+        self, batch: list[Example], batch_idx: int, group_size: int, params: SamplingParams
+    ) -> tuple[list[Trajectory] | None, dict[str, float]]:
+        """The step's trajectories (None when the run must stop) and what they cost."""
+        metrics: dict[str, float] = {}
+        try:
+            if self.fault is None:
+                self.start()
+                ids = self._ahead.pop(_key(batch), None)
+                if ids is None:  # not sent ahead: any batch that was will not come in order
+                    for other in self._ahead.values():
+                        self.workers.forget(other)
+                    self._ahead.clear()
+                    share = self.settings.ahead == 0
+                    ids = self.workers.submit(batch, group_size, params, self.seed, share)
+                self._send_ahead(batch_idx, group_size, params)
+                result = self.workers.take(ids)
+                metrics["time/wait_s"] = result.wait_seconds
+                metrics["time/worker_rollout_s"] = result.worker_seconds
+        except WorkerFault as exc:
+            self.fault = str(exc)
+        if self._must_stop():
+            return None, metrics
+        trajectories, bounded = self.bound(result.trajectories, group_size, params)
+        metrics.update(bounded)
+        metrics["rollout/worker_restarts"] = float(self.workers.restarts)
+        metrics["policy/version"] = float(self.workers.version)
+        return trajectories, metrics
+
+    def _send_ahead(self, batch_idx: int, group_size: int, params: SamplingParams) -> None:
+        for upcoming in self._upcoming(batch_idx):
+            if _key(upcoming) not in self._ahead:
+                self._ahead[_key(upcoming)] = self.workers.submit(
+                    upcoming, group_size, params, self.seed
+                )
+
+    def _upcoming(self, batch_idx: int) -> list[list[Example]]:
+        """The next ``prefetch`` batches of this epoch, as the loader will hand them."""
+        module = self.module
+        loader = module.trainer.train_dataloader if module._trainer is not None else None
+        if self.settings.ahead == 0 or not isinstance(loader, ResumableLoader):
+            return []
+        wanted = range(batch_idx + 1, batch_idx + 1 + self.settings.ahead)
+        return [b for i in wanted if (b := loader.batch_at(loader.epoch, i)) is not None]
+
+    def bound(
+        self, trajectories: list[Trajectory], group_size: int, params: SamplingParams
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """Groups within the staleness bound; the others regenerated or dropped. The metrics:
+        groups found too old, and the staleness of the samples the step trains on."""
+        limit = self.settings.max_staleness
+        ages = self.ages(trajectories)
+        stale = sorted({t.group for t, age in zip(trajectories, ages, strict=True) if age > limit})
+        metrics = {"rollout/stale_groups": float(len(stale))}
+        metrics["rollout/stale_dropped"] = metrics["rollout/stale_regenerated"] = 0.0
+        groups = sorted({t.group for t in trajectories})
+        if stale and self.settings.stale == "drop" and len(stale) < len(groups):
+            trajectories = [t for t in trajectories if t.group not in stale]
+            renumber = {g: i for i, g in enumerate(g for g in groups if g not in stale)}
+            for t in trajectories:
+                t.group = renumber[t.group]
+            metrics["rollout/stale_dropped"] = float(len(stale))
+        elif stale:  # regenerate (or drop would leave nothing)
+            examples = [next(t.example for t in trajectories if t.group == g) for g in stale]
+            fresh = self.rollout(examples, params, group_size)
+            for t in fresh:
+                t.group = stale[t.group]
+            trajectories = [t for t in trajectories if t.group not in stale] + fresh
+            trajectories.sort(key=lambda t: t.group)
+            metrics["rollout/stale_regenerated"] = float(len(stale))
+        ages = self.ages(trajectories)
+        metrics["rollout/staleness_mean"] = sum(ages) / max(len(ages), 1)
+        metrics["rollout/staleness_max"] = float(max(ages, default=0))
+        return trajectories, metrics
+
+    def ages(self, trajectories: list[Trajectory]) -> list[int]:
+        """Each sample's staleness: the trainer's policy version less its oldest segment's."""
+        version = self.workers.version
+        return [version - min((v[0] for v in t.versions), default=version) for t in trajectories]
+
+    # ---- weights -------------------------------------------------------------------------
+    def after_update(self, moved: bool) -> dict[str, float]:
+        """Push the weights an optimizer step moved (policy version + 1)."""
+        if not moved or self.fault is not None or not self.workers.started:
+            return {}
+        try:
+            seconds = self.workers.push(self.module.model, self.workers.version + 1)
+        except WorkerFault as exc:
+            self.fault = str(exc)  # the next step stops the run, every rank together
+            return {}
+        return {"time/weight_push_s": seconds}
+
+    def resync(self) -> None:
+        """Weights a checkpoint just loaded: pushed if the workers already run."""
+        if self.workers.started:
+            self.workers.push(self.module.model, self.workers.version)
+
+    # ---- faults --------------------------------------------------------------------------
+    def _must_stop(self) -> bool:
+        module = self.module
+        if not any_rank(module, self.fault is not None):
+            return False
+        trainer = module.trainer
+        callback = trainer.checkpoint_callback
+        folder = Path(
+            getattr(callback, "dirpath", None) or Path(trainer.default_root_dir, "checkpoints")
+        )
+        path = folder / f"worker-fault-step={trainer.global_step}.ckpt"
+        trainer.save_checkpoint(path)  # every rank: a collective under FSDP / DeepSpeed
+        if trainer.is_global_zero:
+            print(
+                f"lit-rag: {self.fault or 'a rollout worker of another rank died'}; "
+                f"saved {path}; stopping (model.rollout.on_fault: {self.settings.on_fault})",
+                flush=True,
+            )
+        trainer.should_stop = True
+        return True

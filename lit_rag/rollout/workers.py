@@ -1,0 +1,468 @@
+"""Rollout in separate worker processes (docs/DESIGN.md, "Rollout workers").
+
+``model.rollout.workers: N`` moves rollout out of the training processes: N processes, each with
+its own copy of the recipe's engine (``vllm``) and environment, generate whole trajectories and
+hand them back with the policy version they were sampled under. After every optimizer step the
+trainer pushes the new weights to them (:mod:`~lit_rag.rollout.transport`). With
+``max_staleness: k`` the workers may run up to k batches ahead of the trainer (k = 0: the
+colocated order, rollout then update; 1: verl's one-step-off; more: asynchronous), and a sample
+older than k versions is dropped or regenerated (``stale``). :class:`RolloutWorkers` is the
+trainer side: it starts the workers, splits batches into jobs, collects results, restarts a
+worker that dies and never counts a job twice.
+
+Placement. The workers are split evenly over the training ranks (``workers`` must be a multiple
+of them); each rank starts and feeds its own. On CPU with one training process the workers take
+``cores_per_worker`` cores each from the end of the process's CPU set and the trainer keeps the
+rest. On GPUs a rank's workers take the GPUs after the node's training ranks: local rank r's
+j-th worker gets GPU ``local_world_size + r * per_rank + j``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lit_rag.errors import InputError
+from lit_rag.rollout.base import Placement, SamplingParams
+from lit_rag.rollout.transport import WeightLink, buckets, free_port
+from lit_rag.rollout.weights import checkpoint_weights
+from lit_rag.rollout.worker import Done, Job, WorkerSpec, main, rng_states, set_rng_states
+from lit_rag.types import Example, Trajectory
+
+STALE = ("regenerate", "drop")
+ON_FAULT = ("restart", "stop")
+
+
+@dataclass
+class RolloutSettings:
+    """Where rollouts run (``model.rollout`` in a recipe).
+
+    Args:
+        workers: Rollout worker processes, each with its own engine; 0: the engine runs in the
+            training process (colocated). A multiple of the training ranks.
+        max_staleness: Most policy versions a trained sample may lag the trainer's (0: every
+            sample comes from the current weights; 1: one-step-off).
+        prefetch: Batches the workers may start ahead of the trainer; default ``max_staleness``.
+            More than that keeps the workers busier and makes samples older than the bound,
+            which ``stale`` then handles.
+        stale: ``regenerate`` (a group with a sample older than the bound is sampled again from
+            the current weights) or ``drop`` (the step trains on the other groups; a step left
+            with none regenerates).
+        on_fault: ``restart`` a worker that dies (its unfinished jobs run again on the new one)
+            or ``stop`` the run with a checkpoint of the last update.
+        max_restarts: Restarts allowed over the run before a death stops it.
+        cores_per_worker: CPU cores each worker takes (CPU, one training process).
+        bucket_mib: Largest piece of a weight push.
+        backend: The weight link's transport: ``auto`` (``nccl`` on GPUs, else ``gloo``),
+            ``gloo`` or ``nccl``.
+        timeout_s: How long a worker may take to start, or a push to arrive.
+    """
+
+    workers: int = 0
+    max_staleness: int = 0
+    prefetch: int | None = None
+    stale: str = "regenerate"
+    on_fault: str = "restart"
+    max_restarts: int = 3
+    cores_per_worker: int = 1
+    bucket_mib: float = 512.0
+    backend: str = "auto"
+    timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.workers < 0 or self.max_staleness < 0 or self.max_restarts < 0:
+            problems.append("workers, max_staleness and max_restarts must be >= 0")
+        if self.prefetch is not None and self.prefetch < 0:
+            problems.append(f"prefetch must be >= 0 or null, got {self.prefetch}")
+        if self.stale not in STALE:
+            problems.append(f"stale '{self.stale}' is not known; allowed: {', '.join(STALE)}")
+        if self.on_fault not in ON_FAULT:
+            problems.append(
+                f"on_fault '{self.on_fault}' is not known; allowed: {', '.join(ON_FAULT)}"
+            )
+        if self.backend not in ("auto", "gloo", "nccl"):
+            problems.append(f"backend '{self.backend}' is not known; allowed: auto, gloo, nccl")
+        if self.cores_per_worker < 1 or self.bucket_mib <= 0:
+            problems.append("cores_per_worker must be >= 1 and bucket_mib > 0")
+        if problems:
+            raise InputError(f"model rollout: {'; '.join(problems)}")
+
+    @property
+    def ahead(self) -> int:
+        """Batches the workers may start ahead of the trainer."""
+        return self.max_staleness if self.prefetch is None else self.prefetch
+
+
+class WorkerFault(RuntimeError):
+    """A worker died and the run stops (``on_fault: stop``, or restarts used up)."""
+
+
+@dataclass
+class _Slot:
+    """One worker as its trainer rank sees it."""
+
+    index: int
+    process: object = None
+    inbox: object = None
+    link: WeightLink | None = None
+    jobs: list[int] = field(default_factory=list)  # job ids sent and not answered
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass
+class Batch:
+    """A batch's trajectories and what they cost."""
+
+    trajectories: list[Trajectory]
+    worker_seconds: float = 0.0
+    wait_seconds: float = 0.0
+
+
+class RolloutWorkers:
+    """The trainer side of a rank's rollout workers.
+
+    Args:
+        settings: ``model.rollout``.
+        payload: ``(environment, engine)`` pickled as the recipe built them.
+        policy: The policy's ``ModelConfig`` (the workers load its tokenizer).
+    """
+
+    def __init__(self, settings: RolloutSettings, payload: bytes, policy: object) -> None:
+        self.settings, self.payload, self.policy = settings, payload, policy
+        self.version = 0  # policy versions pushed: optimizer steps that moved the weights
+        self.restarts = 0
+        self.slots: list[_Slot] = []
+        self._model = None
+        self._started = False
+        self._outbox = None
+        self._context = None
+        self._jobs: dict[int, tuple[int, Job]] = {}  # job id -> (slot index, job)
+        self._results: dict[int, Done] = {}
+        self._next_job = 0
+        self._spec: dict = {}
+        self._errors: dict[int, str] = {}  # worker index -> the line its death left
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(
+        self, model: torch.nn.Module, model_path: str, placement: Placement, seed: int = 0
+    ) -> None:
+        """Start this rank's workers and push ``model``'s weights to them (a collective with a
+        sharded policy: every rank calls it). ``seed``: the engine's (each worker adds its
+        index to it, each job its id)."""
+        import torch.multiprocessing as mp
+
+        per_rank = self.settings.workers // placement.world_size
+        cuda = next(model.parameters()).device.type == "cuda"
+        backend = self.settings.backend
+        if backend == "auto":
+            backend = "nccl" if cuda else "gloo"
+        self._model = model
+        self._context = mp.get_context("spawn")
+        self._outbox = self._context.Queue()
+        cores = _split_cores(per_rank, self.settings.cores_per_worker, placement, cuda)
+        first_gpu = placement.local_world_size + placement.local_rank * per_rank
+        self._spec = {
+            "model_path": model_path,
+            "backend": backend,
+            "cores": cores,
+            "gpus": [first_gpu + j for j in range(per_rank)] if cuda else [],
+            "seed": seed + placement.rank * per_rank,
+        }
+        self.slots = [_Slot(j) for j in range(per_rank)]
+        for slot in self.slots:
+            self._spawn(slot)
+        for slot in self.slots:
+            self._await_ready(slot)
+        self._started = True
+        self.push(model, self.version)
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def close(self) -> None:
+        """Stop the workers (politely, then for good)."""
+        for slot in self.slots:
+            if slot.process is not None and slot.process.is_alive():
+                slot.inbox.put(("stop",))
+        for slot in self.slots:
+            if slot.process is not None:
+                slot.process.join(timeout=10)
+                if slot.process.is_alive():
+                    slot.process.kill()
+                    slot.process.join(timeout=5)
+        self.slots, self._started = [], False
+
+    def _spawn(self, slot: _Slot) -> None:
+        spec = self._spec
+        port = free_port()
+        cores = spec["cores"][slot.index] if spec["cores"] else ()
+        gpu = spec["gpus"][slot.index] if spec["gpus"] else None
+        worker = WorkerSpec(
+            index=slot.index,
+            payload=self.payload,
+            policy=self.policy,
+            model_path=spec["model_path"],
+            port=port,
+            backend=spec["backend"],
+            device="cuda" if gpu is not None else "cpu",
+            cores=tuple(cores),
+            timeout_s=self.settings.timeout_s,
+            seed=spec["seed"] + slot.index,
+        )
+        slot.inbox = self._context.Queue()
+        environ = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
+        with _environment(environ):
+            slot.process = self._context.Process(
+                target=main, args=(worker, slot.inbox, self._outbox), name=f"rollout-{slot.index}"
+            )
+            slot.process.start()
+        # the trainer's side of the link: waits here until the worker connects
+        slot.link = WeightLink(
+            port, is_trainer=True, backend=spec["backend"], timeout_s=self.settings.timeout_s
+        )
+
+    def _await_ready(self, slot: _Slot) -> None:
+        deadline = time.monotonic() + self.settings.timeout_s
+        while time.monotonic() < deadline:
+            message = self._receive(0.5)
+            if message is not None and message[0] == "ready" and message[1] == slot.index:
+                slot.dtype = getattr(torch, message[2])
+                return
+            if not slot.process.is_alive():
+                break
+        raise WorkerFault(f"rollout worker {slot.index} did not start: {self._last_error(slot)}")
+
+    # ---- weights -------------------------------------------------------------------------
+    def push(self, model: torch.nn.Module, version: int) -> float:
+        """Send ``model``'s weights, as policy ``version``, to every worker; the seconds it
+        took. A worker that dies meanwhile is handled as any fault."""
+        started = time.perf_counter()
+        self.version = version
+        live = [s for s in self.slots if s.process.is_alive()]
+        for slot in live:
+            slot.inbox.put(("weights", version))
+        dtype = live[0].dtype if live else torch.float32
+        device = next(model.parameters()).device
+        broken: set[int] = set()
+        for entries, bucket in buckets(
+            checkpoint_weights(model), dtype, self.settings.bucket_mib, device
+        ):
+            for slot in live:
+                if slot.index in broken:
+                    continue
+                slot.inbox.put(("bucket", entries, bucket.numel()))
+                try:
+                    slot.link.send(bucket, slot.process.is_alive)
+                except ConnectionError:
+                    broken.add(slot.index)
+        for slot in live:
+            slot.inbox.put(("end",))
+        for slot in self.slots:
+            if slot.index in broken or not slot.process.is_alive():
+                self._fault(slot)
+        return time.perf_counter() - started
+
+    # ---- jobs ----------------------------------------------------------------------------
+    def submit(
+        self,
+        examples: list[Example],
+        group_size: int | None,
+        params: SamplingParams,
+        seed: int,
+        share_rng: bool = False,
+    ) -> list[int]:
+        """Split ``examples`` over the workers (whole examples, in order); the job ids.
+        ``share_rng``: one worker samples from this process's random stream (the colocated
+        engine's: the same samples at ``max_staleness: 0``)."""
+        parts = _split(examples, len(self.slots))
+        ids = []
+        for slot, part in zip(self.slots, parts, strict=True):
+            if not part:
+                continue
+            rng = rng_states() if share_rng and len(self.slots) == 1 else None
+            job = Job(self._next_job, part, group_size, params, seed + self._next_job, rng)
+            self._next_job += 1
+            self._send(slot, job)
+            ids.append(job.id)
+        return ids
+
+    def take(self, ids: list[int]) -> Batch:
+        """The trajectories of jobs ``ids`` in order (waiting for them), their groups numbered
+        across the jobs."""
+        started = time.perf_counter()
+        while any(i not in self._results for i in ids):
+            message = self._receive(0.5)
+            if message is None:
+                self._check_alive()
+        trajectories, seconds, offset = [], 0.0, 0
+        for i in ids:
+            done = self._results.pop(i)
+            if done.rng is not None:
+                set_rng_states(done.rng)  # the stream goes on where the worker left it
+            for t in done.trajectories:
+                t.group += offset
+            offset = max((t.group + 1 for t in done.trajectories), default=offset)
+            trajectories.extend(done.trajectories)
+            seconds = max(seconds, done.seconds)
+        return Batch(trajectories, seconds, time.perf_counter() - started)
+
+    def forget(self, ids: list[int]) -> None:
+        """Jobs whose results are no longer wanted (a prefetched batch that did not come)."""
+        for i in ids:
+            self._results.pop(i, None)
+            if i in self._jobs:
+                self._jobs[i] = (self._jobs[i][0], None)
+
+    def _send(self, slot: _Slot, job: Job) -> None:
+        self._jobs[job.id] = (slot.index, job)
+        slot.jobs.append(job.id)
+        slot.inbox.put(("job", job))
+
+    def _receive(self, timeout: float):
+        """The next message from any worker (results filed), or None after ``timeout``."""
+        try:
+            message = self._outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if message[0] == "done":
+            done: Done = pickle.loads(message[2])
+            slot_index, job = self._jobs.pop(done.job, (None, None))
+            if slot_index is not None:
+                self.slots[slot_index].jobs.remove(done.job)
+            if job is not None:  # not forgotten, and not answered before (by a dead worker)
+                self._results[done.job] = done
+        elif message[0] == "error":
+            self._errors[message[1]] = message[2]
+        return message
+
+    def _check_alive(self) -> None:
+        for slot in self.slots:
+            if not slot.process.is_alive():
+                self._fault(slot)
+
+    def _last_error(self, slot: _Slot) -> str:
+        code = slot.process.exitcode if slot.process is not None else None
+        error = self._errors.get(slot.index)
+        return error or f"exit code {code}"
+
+    # ---- faults --------------------------------------------------------------------------
+    def _fault(self, slot: _Slot) -> None:
+        """A worker died: one line; restart it and resend its unfinished jobs, or stop."""
+        while self._receive(0.05) is not None:  # results it sent before dying count once
+            pass
+        reason = self._last_error(slot)
+        unfinished = [i for i in slot.jobs if self._jobs.get(i, (None, None))[1] is not None]
+        settings = self.settings
+        if settings.on_fault == "stop" or self.restarts >= settings.max_restarts:
+            used_up = "" if settings.on_fault == "stop" else f"; {self.restarts} restarts used up"
+            raise WorkerFault(
+                f"rollout worker {slot.index} died ({reason}) at policy version "
+                f"{self.version}{used_up}"
+            )
+        self.restarts += 1
+        print(
+            f"lit-rag: rollout worker {slot.index} died ({reason}) at policy version "
+            f"{self.version}; restarting it ({self.restarts}/{self.settings.max_restarts}), "
+            f"{len(unfinished)} unfinished job(s) sent again",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._errors.pop(slot.index, None)
+        jobs = [self._jobs.pop(i)[1] for i in unfinished]
+        slot.jobs = []
+        self._spawn(slot)
+        self._await_ready(slot)
+        self._push_one(slot)
+        for job in jobs:
+            self._send(slot, job)
+
+    def _push_one(self, slot: _Slot) -> None:
+        slot.inbox.put(("weights", self.version))
+        device = next(self._model.parameters()).device
+        for entries, bucket in buckets(
+            checkpoint_weights(self._model), slot.dtype, self.settings.bucket_mib, device
+        ):
+            slot.inbox.put(("bucket", entries, bucket.numel()))
+            slot.link.send(bucket, slot.process.is_alive)
+        slot.inbox.put(("end",))
+
+    # ---- checkpoint ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"version": self.version, "restarts": self.restarts, "next_job": self._next_job}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = int(state.get("version", 0))
+        self.restarts = int(state.get("restarts", 0))
+        self._next_job = int(state.get("next_job", 0))
+
+
+def _split(examples: list[Example], parts: int) -> list[list[Example]]:
+    """``examples`` in ``parts`` contiguous runs whose sizes differ by at most one."""
+    size, extra = divmod(len(examples), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(examples[start:end])
+        start = end
+    return out
+
+
+def _split_cores(
+    per_rank: int, per_worker: int, placement: Placement, cuda: bool
+) -> list[list[int]]:
+    """CPU cores for each worker (one training process on CPU), taken from the end of this
+    process's CPU set; the trainer is pinned to the rest. Elsewhere none are pinned."""
+    if cuda or placement.world_size > 1 or not hasattr(os, "sched_getaffinity"):
+        return []
+    cores = sorted(os.sched_getaffinity(0))
+    wanted = per_rank * per_worker
+    if wanted >= len(cores):
+        raise InputError(
+            f"model rollout: {per_rank} worker(s) x {per_worker} core(s) leave no core for "
+            f"the trainer ({len(cores)} cores here); allowed: workers x cores_per_worker <= "
+            f"{len(cores) - 1}"
+        )
+    trainer = cores[: len(cores) - wanted]
+    os.sched_setaffinity(0, set(trainer))
+    torch.set_num_threads(len(trainer))
+    mine = cores[len(cores) - wanted :]
+    return [mine[i * per_worker : (i + 1) * per_worker] for i in range(per_rank)]
+
+
+class _environment:
+    """Environment variables set around a child's start (it inherits them), then restored."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values, self.saved = values, {}
+
+    def __enter__(self) -> None:
+        for key, value in self.values.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+
+    def __exit__(self, *exc) -> None:
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def payload(environment: object, engine: object) -> bytes:
+    """The recipe's environment and engine as the workers receive them; one line when they
+    cannot travel to another process."""
+    try:
+        return pickle.dumps((environment, engine))
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(
+            f"model rollout workers: the environment or engine cannot be sent to a worker "
+            f"process ({type(exc).__name__}: {exc}); use model.rollout.workers: 0"
+        ) from exc
