@@ -9,8 +9,8 @@ folder under ``--out``:
   the trainer on the other cores.
 
 Every run validates once, at its last step. Then it prints, per run, from ``metrics.csv``: the
-mean step time (``time/step_s``, wall seconds from one step's start to the next, first step
-left out: it includes loading vLLM), samples per second (samples per step / step time), where
+mean step time (``time/step_s``, wall seconds from one step's start to the next, the first
+step left out: it includes starting vLLM), samples per second (samples per step / step time), where
 the step's time went (the trainer's wait for rollouts, the worker's seconds on the batch,
 the update, the weight push), the staleness trained on, the reward of every step and the
 validation EM. Each run's folder is kept for ``benchmarks/async_sim.py --check``.
@@ -71,7 +71,9 @@ def summary(path: Path, samples_per_step: int) -> dict:
         values = [float(r[key]) for r in part if r.get(key, "") != ""]
         return sum(values) / len(values) if values else float("nan")
 
-    step_s = mean("time/step_s")  # logged from the second step on
+    # a step's wall time is logged with the next step; the first one includes starting vLLM
+    times = [float(r["time/step_s"]) for r in steps if r.get("time/step_s", "") != ""][1:]
+    step_s = sum(times) / len(times) if times else float("nan")
     val = [float(r["val/em"]) for r in rows if r.get("val/em", "") != ""]
     return {
         "step_s": step_s,
@@ -79,7 +81,9 @@ def summary(path: Path, samples_per_step: int) -> dict:
         "rollout_s": mean("time/rollout_s", True),
         "worker_s": mean("time/worker_rollout_s", True),
         "update_s": mean("time/update_s", True),
-        "push_s": mean("time/weight_push_s", True),
+        "push_s": mean("time/weight_push_s", True)  # a worker run's push, else the engine's sync
+        if any(r.get("time/weight_push_s") for r in steps)
+        else mean("time/weight_sync_s", True),
         "staleness": mean("rollout/staleness_mean", True),
         "rewards": [round(float(r["reward/total"]), 3) for r in steps],
         "val_em": val[-1] if val else float("nan"),
@@ -94,6 +98,9 @@ def main() -> None:
     parser.add_argument("--samples-per-step", type=int, default=None,
                         help="prompts x group size (default: read from the recipe)")  # fmt: skip
     parser.add_argument("--out", default="runs/rollout_workers")
+    parser.add_argument(
+        "--summarize", action="store_true", help="print the table of the runs in --out, run none"
+    )
     args = parser.parse_args()
     import yaml
 
@@ -108,11 +115,15 @@ def main() -> None:
     ]
     results = []
     for name, extra in modes:
-        metrics, seconds = run(args.config, args.steps, out / name.replace(" ", "_"), extra)
+        folder = out / name.replace(" ", "_")
+        if args.summarize:
+            metrics, seconds = sorted(folder.glob("runs/run/version_*"))[-1] / "metrics.csv", 0.0
+        else:
+            metrics, seconds = run(args.config, args.steps, folder, extra)
         results.append((name, summary(metrics, per_step), seconds, metrics.parent))
     print(f"\n{args.config}, {args.steps} steps of {per_step} samples; CPU: {_cpu()}")
     head = ("mode", "step s", "samples/s", "ratio", "rollout wait s", "worker s", "update s",
-            "push s", "staleness", "val EM", "wall s")  # fmt: skip
+            "push/sync s", "staleness", "val EM", "wall s")  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     base = results[0][1]["step_s"]
@@ -120,7 +131,7 @@ def main() -> None:
         cells = [name, f"{s['step_s']:.2f}", f"{s['samples_s']:.3f}", f"{base / s['step_s']:.2f}x",
                  f"{s['rollout_s']:.2f}", f"{s['worker_s']:.2f}", f"{s['update_s']:.2f}",
                  f"{s['push_s']:.2f}", f"{s['staleness']:.2f}", f"{s['val_em']:.3f}",
-                 f"{seconds:.0f}"]  # fmt: skip
+                 f"{seconds:.0f}" if seconds else "-"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     print("\nreward per step (same seed):")
     for name, s, _, folder in results:

@@ -37,6 +37,9 @@ from lit_rag.rollout.weights import policy_path
 from lit_rag.rollout.workers import RolloutSettings, RolloutWorkers, WorkerFault, payload
 from lit_rag.types import Example, Trajectory
 
+#: the truncated importance-sampling cap a run with stale samples gets when its recipe sets none
+DEFAULT_IS_CAP = 2.0
+
 
 def worker_rollout(module, settings: RolloutSettings) -> WorkerRollout | None:
     """The module's rollout workers, or None where the engine runs in the training process;
@@ -52,6 +55,17 @@ def worker_rollout(module, settings: RolloutSettings) -> WorkerRollout | None:
     if getattr(engine, "lora_sync", "merge") != "merge":
         raise InputError(
             "model rollout workers receive merged weights: engine lora_sync must be merge"
+        )
+    algorithm = module.algorithm
+    if settings.ahead and getattr(algorithm, "importance_sampling_cap", 0) is None:
+        # samples from older weights are corrected by truncated importance sampling with the
+        # log-probs the worker recorded; without a cap the loss would treat them as on-policy
+        algorithm.importance_sampling_cap = DEFAULT_IS_CAP
+        print(
+            f"lit-rag: model.rollout lets samples be {settings.ahead} version(s) old: "
+            f"algorithm importance_sampling_cap set to {DEFAULT_IS_CAP:g} (verl's); set it "
+            "in the recipe to choose another",
+            flush=True,
         )
     return WorkerRollout(module, settings)
 

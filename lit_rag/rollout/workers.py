@@ -158,7 +158,13 @@ class RolloutWorkers:
         index to it, each job its id)."""
         import torch.multiprocessing as mp
 
-        per_rank = self.settings.workers // placement.world_size
+        world = placement.world_size
+        if self.settings.workers % world:
+            raise InputError(
+                f"model rollout workers {self.settings.workers} must be a multiple of the "
+                f"training processes ({world}); allowed: {world}, {2 * world}, {3 * world}, ..."
+            )
+        per_rank = self.settings.workers // world
         cuda = next(model.parameters()).device.type == "cuda"
         backend = self.settings.backend
         if backend == "auto":
@@ -176,10 +182,14 @@ class RolloutWorkers:
             "seed": seed + placement.rank * per_rank,
         }
         self.slots = [_Slot(j) for j in range(per_rank)]
-        for slot in self.slots:
-            self._spawn(slot)
-        for slot in self.slots:
-            self._await_ready(slot)
+        try:
+            for slot in self.slots:
+                self._spawn(slot)
+            for slot in self.slots:
+                self._await_ready(slot)
+        except WorkerFault as exc:  # the recipe's engine or environment cannot start there
+            self.close()
+            raise InputError(str(exc)) from None
         self._started = True
         self.push(model, self.version)
 
@@ -359,6 +369,10 @@ class RolloutWorkers:
         while self._receive(0.05) is not None:  # results it sent before dying count once
             pass
         reason = self._last_error(slot)
+        if slot.index in self._errors:  # an exception in the worker's code: it would recur
+            raise WorkerFault(
+                f"rollout worker {slot.index} failed at policy version {self.version}: {reason}"
+            )
         unfinished = [i for i in slot.jobs if self._jobs.get(i, (None, None))[1] is not None]
         settings = self.settings
         if settings.on_fault == "stop" or self.restarts >= settings.max_restarts:

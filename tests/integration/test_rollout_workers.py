@@ -216,3 +216,45 @@ def test_on_fault_stop_saves_a_checkpoint_and_stops(folder, tmp_path) -> None:
     # the weights of the last update (a step whose groups carried no gradient made none)
     rows = _steps(tmp_path)
     assert step - 1 <= float(rows[-1]["policy/version"]) <= step <= len(rows) < 20
+
+
+def test_two_training_processes_each_feed_their_own_worker(folder, tmp_path) -> None:
+    """DDP on 2 processes with 2 workers: each rank starts and feeds one, and both ranks train
+    every step on samples within the bound."""
+    done = _fit(
+        folder, tmp_path, "--trainer.max_steps=3", "--trainer.devices=2",
+        "--trainer.strategy=ddp", "--model.rollout.workers=2", "--model.rollout.max_staleness=1",
+    )  # fmt: skip
+    assert "engine vllm in 2 rollout workers (max_staleness 1)" in done.stdout
+    assert "2 processes (ddp)" in done.stdout
+    rows = _steps(tmp_path)
+    assert [float(r["policy/version"]) for r in rows] == [0, 1, 2]
+    assert [float(r["rollout/staleness_max"]) for r in rows] == [0, 1, 1]
+
+
+def test_a_worker_that_cannot_start_is_one_line(folder, tmp_path) -> None:
+    done = subprocess.run(
+        [LIT_RAG, *_args(folder, tmp_path, "--trainer.max_steps=2", "--model.rollout.workers=1",
+                         "--model.engine.init_args.model_path=/nonexistent/model")],
+        capture_output=True, text=True, env=_env(), timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("lit-rag: error:")]
+    assert "rollout worker 0 did not start:" in line and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--model.engine=hf"], "the engine 'HFEngine' does not; allowed: vllm"),
+        (["--model.rollout.stale=keep"], "stale 'keep' is not known; allowed: regenerate, drop"),
+    ],
+)
+def test_recipes_rollout_workers_cannot_run_are_one_line(folder, tmp_path, extra, words) -> None:
+    done = subprocess.run(
+        [LIT_RAG, *_args(folder, tmp_path, "--model.rollout.workers=1", *extra)],
+        capture_output=True, text=True, env=_env(), timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("lit-rag: error:")]
+    assert words in line, line
