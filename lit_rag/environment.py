@@ -339,16 +339,14 @@ class Environment(ABC):
             truncated: Generation stopped at the token budget.
             meta: Anything else the environment records.
             pieces: ``text`` by who wrote it (:class:`Piece`); None: the policy wrote it all.
-            sampled: The token ids the engine sampled for this trajectory, one list per
-                generation: the trajectory counts the trained tokens (loss mask 1) that differ
-                from them (``token_mismatch``; a run logs it, and it must stay 0).
-            versions: Each generation's :attr:`Generation.versions`, in order (kept when a
-                rollout worker set them): the policy versions the segments were sampled under.
+            sampled: The engine's sampled ids, one list per generation: trained tokens (loss
+                mask 1) that differ are counted (``token_mismatch``, logged; it must stay 0).
+            versions: Each generation's policy versions (:attr:`Generation.versions`), in order.
         """
         completion_ids = _tensor(completion_ids, torch.long)  # [C]
-        if loss_mask is None:
-            loss_mask = torch.ones_like(completion_ids)
-        loss_mask = _tensor(loss_mask, torch.long)
+        loss_mask = _tensor(
+            torch.ones_like(completion_ids) if loss_mask is None else loss_mask, torch.long
+        )
         mismatch = 0 if sampled is None else token_mismatch(completion_ids, loss_mask, sampled)
         return Trajectory(
             example=example,

@@ -79,9 +79,7 @@ class WorkerRollout:
 
     def __init__(self, module, settings: RolloutSettings) -> None:
         self.module, self.settings = module, settings
-        self.workers = RolloutWorkers(
-            settings, payload(module.environment, module.engine), module.policy_config
-        )
+        self.workers = RolloutWorkers(settings, payload(module.environment, module.engine))
         self._ahead: dict[tuple[str, ...], list[int]] = {}  # a batch sent ahead -> its jobs
         self.fault: str | None = None
         weakref.finalize(self, self.workers.close)
@@ -103,7 +101,7 @@ class WorkerRollout:
         seed = torch.initial_seed() % 2**31 if seed is None else seed
         self.seed = int(seed)
         path = getattr(module.engine, "model_path", None) or policy_path(module.model)
-        self.workers.start(module.model, path, placement, self.seed)
+        self.workers.start(module.model, module.tokenizer, path, placement, self.seed)
 
     def close(self) -> None:
         self._ahead.clear()

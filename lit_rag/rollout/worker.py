@@ -45,7 +45,7 @@ class WorkerSpec:
 
     index: int
     payload: bytes  # the recipe's (environment, engine), pickled before either started
-    policy: object  # the policy's ModelConfig: its tokenizer
+    tokenizer: object  # the policy's
     model_path: str
     port: int
     backend: str = "gloo"
@@ -103,24 +103,22 @@ class Worker:
         self.pending: deque = deque()  # jobs that arrived while another one ran
         self.stopping = False
         _pin(spec.cores)
-        from lit_rag.modules.loading import load_tokenizer
-
         self.environment, self.engine = pickle.loads(spec.payload)
         if getattr(self.engine, "seed", 0) is None:
             self.engine.seed = spec.seed
         self.environment.setup()
-        tokenizer = load_tokenizer(spec.policy)
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(spec.model_path)
-        self.engine.serve(tokenizer, spec.model_path, config)
+        self.engine.serve(spec.tokenizer, spec.model_path, config)
         self.engine.step_hook = self.poll
+        dtype = str(self.engine.weight_dtype()).removeprefix("torch.")
+        outbox.put(("ready", spec.index, dtype))
+        # then the link (the trainer opens its side once it knows this worker started)
         self.link = WeightLink(
             spec.port, is_trainer=False, backend=spec.backend, timeout_s=spec.timeout_s,
             device=spec.device,
         )  # fmt: skip
-        dtype = str(self.engine.weight_dtype()).removeprefix("torch.")
-        outbox.put(("ready", spec.index, dtype))
 
     def run(self) -> None:
         while not self.stopping:

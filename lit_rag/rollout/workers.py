@@ -113,6 +113,7 @@ class _Slot:
     inbox: object = None
     link: WeightLink | None = None
     jobs: list[int] = field(default_factory=list)  # job ids sent and not answered
+    port: int = 0  # the link's store
     dtype: torch.dtype = torch.float32
 
 
@@ -131,11 +132,10 @@ class RolloutWorkers:
     Args:
         settings: ``model.rollout``.
         payload: ``(environment, engine)`` pickled as the recipe built them.
-        policy: The policy's ``ModelConfig`` (the workers load its tokenizer).
     """
 
-    def __init__(self, settings: RolloutSettings, payload: bytes, policy: object) -> None:
-        self.settings, self.payload, self.policy = settings, payload, policy
+    def __init__(self, settings: RolloutSettings, payload: bytes) -> None:
+        self.settings, self.payload = settings, payload
         self.version = 0  # policy versions pushed: optimizer steps that moved the weights
         self.restarts = 0
         self.slots: list[_Slot] = []
@@ -151,7 +151,12 @@ class RolloutWorkers:
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(
-        self, model: torch.nn.Module, model_path: str, placement: Placement, seed: int = 0
+        self,
+        model: torch.nn.Module,
+        tokenizer: object,
+        model_path: str,
+        placement: Placement,
+        seed: int = 0,
     ) -> None:
         """Start this rank's workers and push ``model``'s weights to them (a collective with a
         sharded policy: every rank calls it). ``seed``: the engine's (each worker adds its
@@ -180,6 +185,7 @@ class RolloutWorkers:
             "cores": cores,
             "gpus": [first_gpu + j for j in range(per_rank)] if cuda else [],
             "seed": seed + placement.rank * per_rank,
+            "tokenizer": tokenizer,
         }
         self.slots = [_Slot(j) for j in range(per_rank)]
         try:
@@ -218,7 +224,7 @@ class RolloutWorkers:
         worker = WorkerSpec(
             index=slot.index,
             payload=self.payload,
-            policy=self.policy,
+            tokenizer=spec["tokenizer"],
             model_path=spec["model_path"],
             port=port,
             backend=spec["backend"],
@@ -234,10 +240,7 @@ class RolloutWorkers:
                 target=main, args=(worker, slot.inbox, self._outbox), name=f"rollout-{slot.index}"
             )
             slot.process.start()
-        # the trainer's side of the link: waits here until the worker connects
-        slot.link = WeightLink(
-            port, is_trainer=True, backend=spec["backend"], timeout_s=self.settings.timeout_s
-        )
+        slot.port = port
 
     def _await_ready(self, slot: _Slot) -> None:
         deadline = time.monotonic() + self.settings.timeout_s
@@ -245,6 +248,11 @@ class RolloutWorkers:
             message = self._receive(0.5)
             if message is not None and message[0] == "ready" and message[1] == slot.index:
                 slot.dtype = getattr(torch, message[2])
+                # the trainer's side of the link, once the worker is up (it connects next)
+                slot.link = WeightLink(
+                    slot.port, is_trainer=True, backend=self._spec["backend"],
+                    timeout_s=self.settings.timeout_s,
+                )  # fmt: skip
                 return
             if not slot.process.is_alive():
                 break

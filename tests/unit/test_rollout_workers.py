@@ -1,7 +1,7 @@
 """Rollout workers without a worker process: settings, the weight buckets and link, the
 staleness bound, versions per segment, the loader's look-ahead and the importance-sampling
 correction of a stale sample worked by hand. The real processes (vLLM in each worker, tiny
-models) are tested through ``lit-rag fit`` in tests/integration/test_rollout_workers.py."""
+models) are tested through ``lit-rag fit`` in tests/integration/test_rollout_workers_cli.py."""
 
 from __future__ import annotations
 
