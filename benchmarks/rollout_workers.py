@@ -45,6 +45,9 @@ def _cpu() -> str:
 def run(config: str, steps: int, folder: Path, extra: list[str]) -> tuple[Path, float]:
     """One ``lit-rag fit``; its metrics.csv and wall seconds."""
     folder.mkdir(parents=True, exist_ok=True)
+    data = Path("data").resolve()  # the recipes' data files are relative to the repository
+    if data.is_dir() and not (folder / "data").exists():
+        (folder / "data").symlink_to(data)
     command = [
         "lit-rag", "fit", "--config", str(Path(config).resolve()),
         f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps}",

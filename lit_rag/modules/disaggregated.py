@@ -202,7 +202,7 @@ class WorkerRollout:
         if not moved or self.fault is not None or not self.workers.started:
             return {}
         try:
-            seconds = self.workers.push(self.module.model, self.workers.version + 1)
+            seconds = self.workers.push(self.workers.version + 1)
         except WorkerFault as exc:
             self.fault = str(exc)  # the next step stops the run, every rank together
             return {}
@@ -211,7 +211,7 @@ class WorkerRollout:
     def resync(self) -> None:
         """Weights a checkpoint just loaded: pushed if the workers already run."""
         if self.workers.started:
-            self.workers.push(self.module.model, self.workers.version)
+            self.workers.push(self.workers.version)
 
     # ---- faults --------------------------------------------------------------------------
     def _must_stop(self) -> bool:

@@ -8,12 +8,11 @@ Everything is plain types and tensors, loadable with ``torch.load(weights_only=T
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict
 
-import numpy as np
 import torch
 
+from lit_rag.rng import restore_rng_states, rng_states
 from lit_rag.rollout.weights import strip_wrappers
 
 
@@ -81,27 +80,3 @@ def _all_ranks(module, states: dict) -> dict:
         torch.distributed.all_gather_object(ranks, states)
         states["ranks"] = ranks
     return states
-
-
-def rng_states() -> dict:
-    """The global RNG states of torch, Python and NumPy, as plain types."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [
-            str(name),
-            torch.from_numpy(keys.astype(np.int64)),
-            int(pos),
-            int(has_gauss),
-            float(gauss),
-        ],
-    }
-
-
-def restore_rng_states(states: dict) -> None:
-    """Set the global RNGs from :func:`rng_states`'s output."""
-    torch.set_rng_state(states["torch"])
-    random.setstate(states["python"])
-    name, keys, pos, has_gauss, gauss = states["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))

@@ -144,6 +144,21 @@ class RolloutEngine(ABC):
         queue.append((ticket, [int(t) for t in prompt], params))
         return ticket
 
+    def generate_by_collect(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """:meth:`generate` through :meth:`submit` / :meth:`collect`, for an engine whose
+        ``collect`` batches continuously (it must override ``collect``: the default one calls
+        ``generate``)."""
+        tickets = [self.submit(prompt, params) for prompt in prompts]
+        done: dict[int, Generation] = {}
+        while len(done) < len(tickets):
+            finished = self.collect()
+            if not finished:
+                raise RuntimeError("the engine finished without answering every request")
+            done.update(finished)
+        return [done[t] for t in tickets]
+
     def _take_queue(self) -> list[tuple[int, list[int], SamplingParams]]:
         """The submissions not yet started, ``(ticket, prompt, params)``; the queue empties."""
         queue, self._queue = self.__dict__.get("_queue", []), []

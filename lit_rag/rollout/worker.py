@@ -25,7 +25,6 @@ import contextlib
 import os
 import pickle
 import queue
-import random
 import time
 import traceback
 from collections import deque
@@ -34,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lit_rag.rng import restore_rng_states, rng_states, seed_all
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 from lit_rag.rollout.transport import WeightLink, unpack
 from lit_rag.types import Example, Trajectory
@@ -159,7 +159,7 @@ class Worker:
     def run_job(self, job: Job) -> None:
         started = time.perf_counter()
         if job.rng is not None:
-            set_rng_states(job.rng)
+            restore_rng_states(job.rng)
         else:
             seed_all(job.seed)
         engine = VersionedEngine(self.engine, self)
@@ -206,46 +206,12 @@ class VersionedEngine(RolloutEngine):
         ]
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        tickets = [self.submit(prompt, params) for prompt in prompts]
-        done: dict[int, Generation] = {}
-        while len(done) < len(tickets):
-            finished = self.collect()
-            if not finished:
-                raise RuntimeError("the rollout engine finished without answering every request")
-            done.update(finished)
-        return [done[t] for t in tickets]
+        return self.generate_by_collect(prompts, params)
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
         with self.inner.generating():
             yield
-
-
-def rng_states() -> dict:
-    """The process's global random states (Python, NumPy, torch CPU)."""
-    import numpy as np
-
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_states(states: dict) -> None:
-    import numpy as np
-
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-
-
-def seed_all(seed: int) -> None:
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def _pin(cores: tuple[int, ...]) -> None:

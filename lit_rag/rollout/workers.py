@@ -25,14 +25,16 @@ import queue
 import sys
 import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 import torch
 
 from lit_rag.errors import InputError
+from lit_rag.rng import restore_rng_states, rng_states
 from lit_rag.rollout.base import Placement, SamplingParams
 from lit_rag.rollout.transport import WeightLink, buckets, free_port
-from lit_rag.rollout.weights import checkpoint_weights
-from lit_rag.rollout.worker import Done, Job, WorkerSpec, main, rng_states, set_rng_states
+from lit_rag.rollout.weights import checkpoint_weights, is_zero3
+from lit_rag.rollout.worker import Done, Job, WorkerSpec, main
 from lit_rag.types import Example, Trajectory
 
 STALE = ("regenerate", "drop")
@@ -148,6 +150,7 @@ class RolloutWorkers:
         self._next_job = 0
         self._spec: dict = {}
         self._errors: dict[int, str] = {}  # worker index -> the line its death left
+        self._sharded = False  # FSDP / ZeRO-3: pushes gather on every rank together
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(
@@ -162,6 +165,7 @@ class RolloutWorkers:
         sharded policy: every rank calls it). ``seed``: the engine's (each worker adds its
         index to it, each job its id)."""
         import torch.multiprocessing as mp
+        from torch.distributed.fsdp import FullyShardedDataParallel
 
         world = placement.world_size
         if self.settings.workers % world:
@@ -175,6 +179,9 @@ class RolloutWorkers:
         if backend == "auto":
             backend = "nccl" if cuda else "gloo"
         self._model = model
+        self._sharded = is_zero3(model) or any(
+            isinstance(m, FullyShardedDataParallel) for m in model.modules()
+        )
         self._context = mp.get_context("spawn")
         self._outbox = self._context.Queue()
         cores = _split_cores(per_rank, self.settings.cores_per_worker, placement, cuda)
@@ -197,7 +204,7 @@ class RolloutWorkers:
             self.close()
             raise InputError(str(exc)) from None
         self._started = True
-        self.push(model, self.version)
+        self.push(self.version)
 
     @property
     def started(self) -> bool:
@@ -235,7 +242,7 @@ class RolloutWorkers:
         )
         slot.inbox = self._context.Queue()
         environ = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
-        with _environment(environ):
+        with mock.patch.dict(os.environ, environ):  # the child inherits them
             slot.process = self._context.Process(
                 target=main, args=(worker, slot.inbox, self._outbox), name=f"rollout-{slot.index}"
             )
@@ -259,21 +266,29 @@ class RolloutWorkers:
         raise WorkerFault(f"rollout worker {slot.index} did not start: {self._last_error(slot)}")
 
     # ---- weights -------------------------------------------------------------------------
-    def push(self, model: torch.nn.Module, version: int) -> float:
-        """Send ``model``'s weights, as policy ``version``, to every worker; the seconds it
+    def push(self, version: int) -> float:
+        """Send the policy's weights, as policy ``version``, to every worker; the seconds it
         took. A worker that dies meanwhile is handled as any fault."""
         started = time.perf_counter()
         self.version = version
-        live = [s for s in self.slots if s.process.is_alive()]
-        for slot in live:
-            slot.inbox.put(("weights", version))
-        dtype = live[0].dtype if live else torch.float32
-        device = next(model.parameters()).device
+        broken = self._send_weights([s for s in self.slots if s.process.is_alive()])
+        for slot in self.slots:
+            if slot.index in broken or not slot.process.is_alive():
+                self._fault(slot)
+        return time.perf_counter() - started
+
+    def _send_weights(self, slots: list[_Slot]) -> set[int]:
+        """Stream the policy's weights (one walk over them) to ``slots``; the indexes of the
+        workers whose link broke."""
+        for slot in slots:
+            slot.inbox.put(("weights", self.version))
+        dtype = slots[0].dtype if slots else torch.float32
+        device = next(self._model.parameters()).device
         broken: set[int] = set()
         for entries, bucket in buckets(
-            checkpoint_weights(model), dtype, self.settings.bucket_mib, device
+            checkpoint_weights(self._model), dtype, self.settings.bucket_mib, device
         ):
-            for slot in live:
+            for slot in slots:
                 if slot.index in broken:
                     continue
                 slot.inbox.put(("bucket", entries, bucket.numel()))
@@ -281,12 +296,9 @@ class RolloutWorkers:
                     slot.link.send(bucket, slot.process.is_alive)
                 except ConnectionError:
                     broken.add(slot.index)
-        for slot in live:
+        for slot in slots:
             slot.inbox.put(("end",))
-        for slot in self.slots:
-            if slot.index in broken or not slot.process.is_alive():
-                self._fault(slot)
-        return time.perf_counter() - started
+        return broken
 
     # ---- jobs ----------------------------------------------------------------------------
     def submit(
@@ -324,7 +336,7 @@ class RolloutWorkers:
         for i in ids:
             done = self._results.pop(i)
             if done.rng is not None:
-                set_rng_states(done.rng)  # the stream goes on where the worker left it
+                restore_rng_states(done.rng)  # the stream goes on where the worker left it
             for t in done.trajectories:
                 t.group += offset
             offset = max((t.group + 1 for t in done.trajectories), default=offset)
@@ -383,6 +395,11 @@ class RolloutWorkers:
             )
         unfinished = [i for i in slot.jobs if self._jobs.get(i, (None, None))[1] is not None]
         settings = self.settings
+        if self._sharded:  # a push gathers on every rank together: one rank cannot restart
+            raise WorkerFault(
+                f"rollout worker {slot.index} died ({reason}) at policy version {self.version}; "
+                "a sharded policy (FSDP, ZeRO-3) cannot restart one rank's worker"
+            )
         if settings.on_fault == "stop" or self.restarts >= settings.max_restarts:
             used_up = "" if settings.on_fault == "stop" else f"; {self.restarts} restarts used up"
             raise WorkerFault(
@@ -402,19 +419,10 @@ class RolloutWorkers:
         slot.jobs = []
         self._spawn(slot)
         self._await_ready(slot)
-        self._push_one(slot)
+        if self._send_weights([slot]):
+            raise WorkerFault(f"rollout worker {slot.index} died again while it got the weights")
         for job in jobs:
             self._send(slot, job)
-
-    def _push_one(self, slot: _Slot) -> None:
-        slot.inbox.put(("weights", self.version))
-        device = next(self._model.parameters()).device
-        for entries, bucket in buckets(
-            checkpoint_weights(self._model), slot.dtype, self.settings.bucket_mib, device
-        ):
-            slot.inbox.put(("bucket", entries, bucket.numel()))
-            slot.link.send(bucket, slot.process.is_alive)
-        slot.inbox.put(("end",))
 
     # ---- checkpoint ----------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -457,25 +465,6 @@ def _split_cores(
     torch.set_num_threads(len(trainer))
     mine = cores[len(cores) - wanted :]
     return [mine[i * per_worker : (i + 1) * per_worker] for i in range(per_rank)]
-
-
-class _environment:
-    """Environment variables set around a child's start (it inherits them), then restored."""
-
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values, self.saved = values, {}
-
-    def __enter__(self) -> None:
-        for key, value in self.values.items():
-            self.saved[key] = os.environ.get(key)
-            os.environ[key] = value
-
-    def __exit__(self, *exc) -> None:
-        for key, value in self.saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def payload(environment: object, engine: object) -> bytes:

@@ -282,14 +282,7 @@ class VLLMEngine(RolloutEngine):
             raise RuntimeError(
                 "the vllm engine is not bound to a model; call bind(model, tokenizer)"
             )
-        tickets = [self.submit(prompt, params) for prompt in prompts]
-        done: dict[int, Generation] = {}
-        while len(done) < len(tickets):
-            finished = self.collect()
-            if not finished:
-                raise RuntimeError("vLLM finished without answering every request")
-            done.update(finished)
-        return [done[t] for t in tickets]
+        return self.generate_by_collect(prompts, params)
 
     @torch.no_grad()
     def collect(self) -> list[tuple[int, Generation]]:
