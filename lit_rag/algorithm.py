@@ -97,6 +97,7 @@ _ROW_FIELDS = (
     "ref_logprobs",
     "old_logprobs",
     "logprobs",
+    "staleness",
 )
 
 
@@ -120,8 +121,16 @@ class TrainBatch:
             policy module; with ``mu`` = 1 the detached ``logprobs``).
         logprobs: ``[N, C]`` under the current policy, with grad (set per micro-batch).
         extra: The algorithm's own per-row tensors (first dimension N), sliced with the rest.
+        staleness: ``[N]`` policy versions each row's sampling weights lag the trained ones
+            (``Trajectory.staleness``); None: all 0.
         mini_batches: ``(rows, loss scale)`` per optimizer step of one pass; ``None``: the
             whole batch in one step, scale 1.
+        normalizer: The count the batch's loss is a mean over on this rank: tokens for a token
+            mean (DAPO's), rows for a sequence mean, pairs for DPO, 1 for a plain sum. A
+            mini-batch's own count is ``normalizer / scale``. With several ranks the policy
+            module replaces each count by its sum over the ranks, so the loss is the mean over
+            the global batch (every rank's rows weighted alike) rather than a mean of the
+            ranks' means; ``None``: each rank's mean as it is.
     """
 
     input_ids: torch.Tensor
@@ -135,6 +144,8 @@ class TrainBatch:
     logprobs: torch.Tensor | None = None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     mini_batches: list[tuple[torch.Tensor, float]] | None = None
+    staleness: torch.Tensor | None = None
+    normalizer: float | None = None
 
     @property
     def size(self) -> int:
@@ -145,6 +156,13 @@ class TrainBatch:
     def width(self) -> int:
         """Completion columns C."""
         return int(self.completion_mask.shape[1])
+
+    def on_policy_rows(self) -> list[int]:
+        """The rows sampled wholly by the weights being trained (staleness 0): where the
+        engine's log-probs measure the engine, not the age of the weights that sampled."""
+        if self.staleness is None:
+            return list(range(self.size))
+        return (self.staleness == 0).nonzero().flatten().tolist()
 
     def rows(self, index: torch.Tensor) -> TrainBatch:
         """The rows ``index`` (an index tensor) of every per-row tensor; no mini-batch plan."""
@@ -197,6 +215,7 @@ def collate(trajectories: list, pad_id: int = 0) -> TrainBatch:
     attention = torch.zeros_like(input_ids)
     completion_mask = torch.zeros((n, completion_width), dtype=torch.float32)
     sampling = torch.zeros((n, completion_width), dtype=torch.float32)
+    staleness = torch.tensor([int(getattr(t, "staleness", 0)) for t in trajectories])
     for row, t in enumerate(trajectories):
         p, c = int(t.prompt_ids.numel()), int(t.completion_ids.numel())
         input_ids[row, prompt_width - p : prompt_width] = t.prompt_ids
@@ -209,6 +228,7 @@ def collate(trajectories: list, pad_id: int = 0) -> TrainBatch:
         attention_mask=attention,
         completion_mask=completion_mask,
         sampling_logprobs=sampling,
+        staleness=staleness,
     )
 
 

@@ -14,7 +14,9 @@ destination is the previous complete checkpoint or the new complete one; nothing
 ``TMPDIR``. A staging file left by a killed writer is removed by the next save into that
 folder. A save that finds the disk full (``ENOSPC``, ``EDQUOT``) removes its staging file
 and raises one :class:`~lit_rag.errors.DiskFullError` line: the file, the space its tensors
-need, the space free, and the newest earlier checkpoint in the folder, which is intact. Loading
+need, the space free, and the newest earlier checkpoint in the folder, which is intact. A
+folder that refuses the write (a read-only file system, no permission) is one
+:class:`~lit_rag.errors.NotWritableError` line the same way. Loading
 turns a missing, empty, truncated or foreign file into one :class:`~lit_rag.errors.InputError`
 line naming the file and what is wrong.
 
@@ -23,6 +25,7 @@ line naming the file and what is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -40,7 +43,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _load as _torch_load
 from lightning.fabric.utilities.types import _PATH
 
-from lit_rag.errors import DiskFullError, InputError, chain
+from lit_rag.errors import DiskFullError, InputError, NotWritableError, chain
 
 #: marks a staging file: ``.NAME.tmp-HOST-PID`` beside ``NAME``
 TEMP_MARK = ".tmp-"
@@ -51,10 +54,13 @@ FOREIGN_STALE_S = 3600.0
 #: ``errno`` of a write that found no room: the filesystem is full, or the user's quota is spent
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 #: what a full disk's error line ends with: where a run's checkpoints go, as the user sets it
-DISK_FULL_ADVICE = (
-    "free space there or point checkpoints elsewhere (ModelCheckpoint's dirpath; by default "
-    "the logger's save_dir, else trainer.default_root_dir)"
+#: where a run's checkpoints go, as the user sets it
+WHERE_CHECKPOINTS_GO = (
+    "(ModelCheckpoint's dirpath; by default the logger's save_dir, else trainer.default_root_dir)"
 )
+DISK_FULL_ADVICE = f"free space there or point checkpoints elsewhere {WHERE_CHECKPOINTS_GO}"
+#: ``errno`` of a write the folder refused: a read-only file system, or no permission
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 _HOST = socket.gethostname()
 # this process's staging files being written (AsyncCheckpointIO: a thread)
 _IN_FLIGHT: set[Path] = set()
@@ -112,6 +118,18 @@ def atomic_save(checkpoint: Any, path: Path) -> None:
     the file is renamed onto ``path``; the folder is fsynced so the rename survives a crash.
     """
     path = Path(path)
+    try:
+        _save_through_temp(checkpoint, path)
+    except BaseException as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(path, checkpoint) from exc
+        if is_not_writable(exc):
+            raise not_writable_error(path, exc) from exc
+        raise
+
+
+def _save_through_temp(checkpoint: Any, path: Path) -> None:
+    """:func:`atomic_save`'s steps; a failure removes the staging file where it can."""
     folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(folder)
@@ -123,10 +141,9 @@ def atomic_save(checkpoint: Any, path: Path) -> None:
             os.fsync(f.fileno())
         os.replace(temp, path)
         _fsync_folder(folder)
-    except BaseException as exc:  # an exception, not a kill: leave nothing behind
-        temp.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(path, checkpoint) from exc
+    except BaseException:  # an exception, not a kill: leave nothing behind
+        with contextlib.suppress(OSError):  # e.g. the file system went read-only
+            temp.unlink(missing_ok=True)
         raise
     finally:
         with _IN_FLIGHT_LOCK:
@@ -138,6 +155,41 @@ def is_disk_full(exc: BaseException) -> bool:
     ("unexpected pos") while handling the ``OSError(ENOSPC)`` of its write, so the whole chain
     is searched."""
     return any(isinstance(e, OSError) and e.errno in DISK_FULL for e in chain(exc))
+
+
+def is_not_writable(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a folder this process may not write: a read-only file system
+    (``EROFS``) or no permission (``EACCES``, ``EPERM``)."""
+    return not_writable(exc) is not None
+
+
+def not_writable(exc: BaseException) -> OSError | None:
+    """The ``OSError`` in ``exc``'s chain that refused a write (:data:`NOT_WRITABLE`), or None."""
+    return next((e for e in chain(exc) if isinstance(e, OSError) and e.errno in NOT_WRITABLE), None)
+
+
+def not_writable_error(path: Path, exc: BaseException) -> NotWritableError:
+    """The one-line error for a save to ``path`` that its folder refused. Example:
+    ``cannot write checkpoint runs/checkpoints/epoch=0-step=4.ckpt: runs/checkpoints is on a
+    read-only file system (EROFS); the earlier checkpoint runs/checkpoints/epoch=0-step=2.ckpt
+    is intact; make the folder writable or point checkpoints elsewhere (...)``."""
+    refused = not_writable(exc)
+    code = refused.errno if refused is not None else errno.EACCES
+    why = (
+        "is on a read-only file system"
+        if code == errno.EROFS
+        else "is not writable by this user (no permission)"
+    )
+    earlier = newest_checkpoint(path.parent) if path.parent.is_dir() else None
+    intact = (
+        f"the earlier checkpoint {earlier} is intact"
+        if earlier is not None
+        else f"no earlier checkpoint in {path.parent}"
+    )
+    return NotWritableError(
+        f"cannot write checkpoint {path}: {path.parent} {why} ({errno.errorcode[code]}); "
+        f"{intact}; make the folder writable or point checkpoints elsewhere {WHERE_CHECKPOINTS_GO}"
+    )
 
 
 def disk_full_error(path: Path, checkpoint: Any) -> DiskFullError:
@@ -396,7 +448,12 @@ def _claim_temp(path: Path) -> Path:
     temp = _temp_path(path)
     with _IN_FLIGHT_LOCK:
         _IN_FLIGHT.add(temp)
-    temp.unlink(missing_ok=True)
+    try:
+        temp.unlink(missing_ok=True)  # a read-only file system refuses even a missing name
+    except OSError:
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.discard(temp)
+        raise
     return temp
 
 

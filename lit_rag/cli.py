@@ -14,6 +14,7 @@ Lightning, torch and the modules are imported only by the commands that build th
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -27,7 +28,13 @@ from lit_rag.cli_help import (
     help_text,
 )
 from lit_rag.distributed import CollectiveError
-from lit_rag.errors import CommandParser, DiskFullError, InputError, chain
+from lit_rag.errors import (
+    CommandParser,
+    DiskFullError,
+    InputError,
+    NotWritableError,
+    chain,
+)
 from lit_rag.recipe_args import (
     RecipeError,
     argument_message,
@@ -174,7 +181,8 @@ def _run(args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``lit-rag ARGS`` (``argv``, else ``sys.argv[1:]``): the command they name. What the user
     can fix is one line, ``lit-rag: error: ...``, exit 2 (a failed collective: exit 1); a run
-    stopped by SIGTERM exits 143."""
+    stopped by SIGTERM exits 143; Ctrl-C (SIGINT) stops any command with ``lit-rag:
+    interrupted``, exit 130, as a shell reports a process the signal ended."""
     from lit_rag import console
 
     args, loud = console.split_verbose(list(sys.argv[1:] if argv is None else argv))
@@ -188,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0)  # as argparse's --help does
     try:
         _run(args)
+    except KeyboardInterrupt:  # what the command was doing cleans up as the exception unwinds
+        raise _interrupted() from None
     except Exception as exc:
         code = _print_error(exc, args)
         if code is None:  # not the user's to fix: the traceback
@@ -196,13 +206,25 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit as exc:
         if _stopped_by_sigterm(exc):  # Lightning exits 0 there; a scheduler must see the signal
             raise SystemExit(128 + 15) from None
+        if any(isinstance(e, KeyboardInterrupt) for e in chain(exc)):
+            raise _interrupted() from None  # Lightning's exit(1) after its Ctrl-C shutdown
         raise
+
+
+#: the exit code of a command Ctrl-C stopped: 128 + SIGINT, as a shell reports it
+INTERRUPTED_EXIT = 130
+
+
+def _interrupted() -> SystemExit:
+    """``lit-rag: interrupted`` on stderr, and the exit that ends the command with code 130."""
+    print("lit-rag: interrupted", file=sys.stderr, flush=True)
+    return SystemExit(INTERRUPTED_EXIT)
 
 
 def _print_error(exc: Exception, args: list[str]) -> int | None:
     """Print ``exc`` as one line, ``lit-rag: error: ...``, when the user can act on it (bad
-    input, a full disk, vLLM not installed, a hung collective), and return the exit code; None
-    for any other error (it keeps its traceback)."""
+    input, a full disk or a folder it may not write, vLLM not installed, a hung collective), and
+    return the exit code; None for any other error (it keeps its traceback)."""
     if isinstance(exc, argparse.ArgumentError):  # jsonargparse: unknown key, wrong type
         command = args[0] if args[0] in TRAINER_COMMANDS else ""
         line = f"{argument_message(exc)} (options: lit-rag {command} --help)".replace("  ", " ")
@@ -214,14 +236,53 @@ def _print_error(exc: Exception, args: list[str]) -> int | None:
     if isinstance(exc, CollectiveError):  # a hang or a lost rank: not the user's input, exit 1
         print(f"lit-rag: error: {one_line(exc)}", file=sys.stderr, flush=True)
         return 1
-    line = _missing_vllm(exc)
-    if line is None:  # a full disk under another error, e.g. a logger's own failed write
-        full = next((e for e in chain(exc) if isinstance(e, DiskFullError)), None)
-        if full is None:
-            return None
-        line = one_line(full)
+    line = _missing_vllm(exc) or _unwritable(exc)
+    if line is None:
+        return None
     print(f"lit-rag: error: {line}", file=sys.stderr)
     return 2
+
+
+def _unwritable(exc: BaseException) -> str | None:
+    """A full disk or a folder that refuses writes, as one line: lit-rag's own error (a
+    checkpoint's), also under another error raised while the run stopped (a logger's own failed
+    write), else the file the system refused (a read-only file system, no permission)."""
+    errors = list(chain(exc))
+    ours = next((e for e in errors if isinstance(e, (DiskFullError, NotWritableError))), None)
+    if ours is not None:
+        return one_line(ours)
+    config = next((e for e in errors if _unwritable_config(e)), None)
+    if config is not None:  # LightningCLI saves config.yaml in the run's folder first
+        return (
+            f"{one_line(config)} (a read-only file system, or no permission); point the run at "
+            "a folder you can write (trainer.default_root_dir, the logger's save_dir)"
+        )
+    refused = next(
+        (e for e in errors if isinstance(e, OSError) and e.errno in _REFUSED and e.filename),
+        None,
+    )
+    if refused is None:
+        return None
+    advice = (
+        "write to a folder on a writable file system"
+        if refused.errno == errno.EROFS
+        else "check the path's permissions or choose another"
+    )
+    return f"{refused.filename}: {refused.strerror} ({errno.errorcode[refused.errno]}); {advice}"
+
+
+def _unwritable_config(exc: BaseException) -> bool:
+    """jsonargparse's ``PathError`` for a ``config.yaml`` it may not create (LightningCLI's
+    ``SaveConfigCallback``): "File is not creatable since parent directory not writable"."""
+    return (
+        type(exc).__name__ == "PathError"
+        and type(exc).__module__.startswith("jsonargparse")
+        and "not writable" in str(exc)
+    )
+
+
+#: ``errno`` of a file the system refused this process: read-only file system, no permission
+_REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _missing_vllm(exc: BaseException) -> str | None:

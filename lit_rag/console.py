@@ -11,7 +11,8 @@ every quickstart run and none the user's to act on:
   when torch loads: ``lit-rag`` sets it before it re-executes itself under tcmalloc);
 - Python warnings matching :data:`NOISE` (Lightning's advice for multi-process logging and
   manual-optimization checkpoints, deprecations inside vLLM and Lightning);
-- Lightning's tip to install litlogger, which preceded every one-line error too;
+- Lightning's tip to install litlogger, which preceded every one-line error too, and its
+  "Detected KeyboardInterrupt" line (Ctrl-C ends any command with ``lit-rag: interrupted``);
 - bitsandbytes' and DeepSpeed's notices below ERROR ("Setting accelerator to CPU", on every CPU
   run where DeepSpeed is installed).
 
@@ -57,10 +58,12 @@ class _ErrorsOnly(logging.Filter):
 
 
 class _NoTip(logging.Filter):
-    """Drops Lightning's "Tip:" records (an advertisement, on every run)."""
+    """Drops Lightning's "Tip:" records (an advertisement, on every run) and its "Detected
+    KeyboardInterrupt" line (``lit-rag`` says ``lit-rag: interrupted`` itself)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in record.getMessage()
+        message = record.getMessage()
+        return "Tip:" not in message and "Detected KeyboardInterrupt" not in message
 
 
 def quiet() -> None:

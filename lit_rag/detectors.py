@@ -5,21 +5,25 @@ Each detector watches one series and fires once when its pattern starts (it re-a
 series has been clear for as many steps as it took to fire). It says what it saw and what the
 field's users found helped. The patterns, with where they are reported:
 
-- ``reward_collapse``: the moving reward (the mean of the last ``window`` steps) falls below
-  the steps before it by more than ``threshold`` times their spread and by more than half
-  their mean: a sudden collapse a few hundred steps in (Search-R1 issues 88 and 92, ZeroSearch
+- ``reward_collapse``: the moving reward (the mean of the last ``window`` = 5 steps) has lost
+  more than ``threshold`` (a share, 0.5) of its best level so far (the highest mean of
+  ``reference`` = 20 steps in a row), by more than ``margin`` = 6 times the noise that
+  difference has on this run; it waits ``warmup`` = 20 steps. A sudden collapse fires a few
+  steps after it starts, one spread over tens of steps when half the best level is gone, and a
+  rising run's low, noisy first steps cannot fire (Search-R1 issues 88 and 92, ZeroSearch
   issue 23, ConvSearch-R1 issue 6);
 - ``kl_blowup`` / ``logprob_gap_blowup``: the KL to the reference, or the trainer / engine
   log-prob gap, jumps above ``threshold`` times its median (over the last 1,000 steps) and
   above a floor (KL 0.5: a normal quickstart ends near 0.3; gap 0.5 nats: a normal one stays
   under 0.05);
-- ``entropy_collapse``: the sampled tokens' entropy falls below ``threshold`` times its
-  first steps' mean: the policy stops exploring;
+- ``entropy_collapse``: the sampled tokens' entropy, as the mean of the last ``window`` = 5
+  steps, falls below ``threshold`` times the mean of the first 5: the policy stops exploring;
 - ``degenerate_text`` / ``non_ascii_text``: more than ``threshold`` of the sampled tokens'
   4-grams repeat (loops), or of the policy's characters are non-ASCII (gibberish, another
   language);
-- ``no_variance``: fewer than ``threshold`` of the groups have reward variance, for
-  ``patience`` steps: GRPO learns nothing from the rest;
+- ``no_variance``: fewer than ``threshold`` of the groups have reward variance, on the mean of
+  the last (up to) ``window`` = 10 steps, for ``patience`` steps: GRPO learns nothing from the
+  rest (a mean, because a step with few groups has none with variance by chance);
 - ``truncation``: more than ``threshold`` of the episodes hit the token budget (default 0.9:
   the quickstart's tight budget truncates up to 0.88 of them while it learns);
 - ``example_copying``: more than ``threshold`` of the answers are the prompt's worked
@@ -37,9 +41,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 #: values a detector keeps: a spike is judged against the median of the last ``KEEP`` steps
 KEEP = 1000
+#: ``drop``: the steps whose step-to-step changes measure a reward's noise
+NOISE = 100
 
 
 @dataclass
@@ -49,16 +56,21 @@ class Detector:
     Args:
         name: The detector's name (a recipe's ``disabled`` / ``stop_on`` / ``thresholds`` key).
         metric: The step metric it reads.
-        rule: ``above`` / ``below`` (the value against ``threshold``), ``drop`` (reward
-            collapse), ``spike`` (a jump over the running median), ``fall`` (below a
-            fraction of the first steps' mean).
-        threshold: The rule's threshold.
+        rule: ``above`` / ``below`` (the mean of the last ``window`` values against
+            ``threshold``), ``drop`` (reward collapse: a share of the best level lost),
+            ``spike`` (a jump over the running median), ``fall`` (below a fraction of the first
+            steps' mean).
+        threshold: The rule's threshold (``drop``, ``fall``: a share between 0 and 1).
         what: What it means, in a few words (the line it prints starts with it).
         advice: What the field's users found helped.
         patience: Consecutive steps the rule must hold before it fires.
         floor: ``spike``: the value must also exceed this; ``fall``: the first steps' mean
             must exceed it (a series that starts at 0 cannot fall).
-        window: ``drop``: steps in the moving mean; ``fall``: steps in the first mean.
+        window: Steps in the moving mean the rule judges (the last ones, this step's
+            included; fewer while fewer are in); ``fall``: also steps in the first mean.
+        reference: ``drop``: steps in each mean the best level is the highest of.
+        warmup: ``drop``: steps before it can fire.
+        margin: ``drop``: how many times its noise the loss must also exceed.
     """
 
     name: str
@@ -69,9 +81,13 @@ class Detector:
     advice: str
     patience: int = 1
     floor: float = 0.0
-    window: int = 2
+    window: int = 1
+    reference: int = 20
+    warmup: int = 20
+    margin: float = 6.0
     history: list[float] = field(default_factory=list, repr=False)
     start: list[float] = field(default_factory=list, repr=False)
+    best: float | None = None
     held: int = 0
     clear: int = 0
     fired: bool = False
@@ -93,31 +109,55 @@ class Detector:
             return f"{self.what} ({self.metric} {value:.4g}); {self.advice}"
         return None
 
+    def _last(self, value: float, n: int) -> list[float]:
+        """The last ``n`` values, ``value`` (this step's) included; fewer while fewer are in."""
+        return [*self.history[max(0, len(self.history) - n + 1) :], value]
+
     def _holds(self, value: float) -> bool:
-        if self.rule == "above":
-            return value > self.threshold
-        if self.rule == "below":
-            return value < self.threshold
+        if self.rule == "drop":
+            return self._dropped(value)
         if self.rule == "spike":
             return len(self.history) >= 1 and value > max(
                 self.floor, self.threshold * statistics.median(self.history)
             )
-        if self.rule == "fall":
-            first = self.start
-            start = sum(first) / len(first) if len(first) == self.window else 0.0
-            return start > self.floor and value < self.threshold * start
-        return self._dropped(value)
+        moving = statistics.fmean(self._last(value, self.window))
+        if self.rule == "above":
+            return moving > self.threshold
+        if self.rule == "below":
+            return moving < self.threshold
+        # fall: the moving mean against the first ``window`` steps' mean, once both are in
+        first = self.start
+        start = statistics.fmean(first) if len(first) == self.window else 0.0
+        return start > self.floor and moving < self.threshold * start
 
     def _dropped(self, value: float) -> bool:
-        """``drop``: the moving mean of the last ``window`` values (this one included) below
-        the up-to-10 values before them by ``threshold`` spreads and half their mean."""
-        recent = [*self.history[-(self.window - 1) :], value] if self.window > 1 else [value]
-        before = self.history[: len(self.history) - (len(recent) - 1)][-10:]
-        if len(before) < 3:
+        """``drop``: the mean of the last ``window`` values below the best mean of
+        ``reference`` values in a row so far by more than ``threshold`` of that best and by
+        more than ``margin`` times the noise of that difference; never in the first ``warmup``
+        steps. Updates the best."""
+        if len(self.history) + 1 >= self.reference:
+            level = statistics.fmean(self._last(value, self.reference))
+            self.best = level if self.best is None else max(self.best, level)
+        if len(self.history) + 1 < self.warmup or self.best is None:
             return False
-        mean, spread = statistics.fmean(before), statistics.pstdev(before)
-        moving = statistics.fmean(recent)
-        return mean - moving > max(self.threshold * spread, 0.5 * abs(mean), 1e-9)
+        loss = self.best - statistics.fmean(self._last(value, self.window))
+        # the noise of the steps before the ones judged, so a collapse does not raise its own bar
+        before = self.history[: len(self.history) - self.window + 1][-NOISE:]
+        # a mean of n steps spreads noise / sqrt(n); a difference of two means, the root of
+        # the sum of their squares
+        margin = self.margin * noise(before) * math.sqrt(1 / self.window + 1 / self.reference)
+        return loss > max(self.threshold * abs(self.best), margin)
+
+
+def noise(values: list[float]) -> float:
+    """One step's noise (a standard deviation) read off the step-to-step changes of ``values``,
+    so a trend does not count: a change between two steps with noise s has mean size
+    2 s / sqrt(pi), so s is sqrt(pi) / 2 times the changes' mean size (0 for fewer than two).
+
+    Example: ``noise([0.4, 0.44, 0.4, 0.44])`` is ``0.04 * sqrt(pi) / 2``, about 0.035.
+    """
+    changes = [abs(b - a) for a, b in pairwise(values)]
+    return math.sqrt(math.pi) / 2 * statistics.fmean(changes) if changes else 0.0
 
 
 _LOWER_LR = "lower the learning rate (a tenth), add warm-up steps"
@@ -127,11 +167,11 @@ DEFAULTS: dict[str, tuple] = {
     "reward_collapse": (
         "reward/total",
         "drop",
-        3.0,
+        0.5,
         1,
         0.0,
-        2,
-        "reward collapse: the moving reward fell far below its recent spread",
+        5,
+        "reward collapse: the moving reward lost over half its best level, far beyond its noise",
         f"{_LOWER_LR}, start from the base model instead of an instruct one, or change the "
         "estimator (e.g. Dr.GRPO's, or a stabilized KL)",
     ),
@@ -141,7 +181,7 @@ DEFAULTS: dict[str, tuple] = {
         10.0,
         1,
         0.5,
-        2,
+        1,
         "KL blow-up: the KL to the reference jumped over ten times its median",
         f"{_LOWER_LR}, raise the KL coefficient, or use fewer passes per batch",
     ),
@@ -151,7 +191,7 @@ DEFAULTS: dict[str, tuple] = {
         10.0,
         1,
         0.5,
-        2,
+        1,
         "log-prob gap blow-up: trainer and engine disagree on the sampled tokens",
         "check that both run the same precision and weights (engine sync), and keep the "
         "truncated importance-sampling correction on",
@@ -160,9 +200,9 @@ DEFAULTS: dict[str, tuple] = {
         "health/entropy",
         "fall",
         0.2,
-        2,
+        1,
         0.05,
-        3,
+        5,
         "entropy collapse: the sampled tokens' entropy fell below a fifth of its start",
         "raise the temperature, clip higher (DAPO's eps_high 0.28), or lower the learning rate",
     ),
@@ -172,7 +212,7 @@ DEFAULTS: dict[str, tuple] = {
         0.5,
         2,
         0.0,
-        2,
+        1,
         "degenerate text: most of the completions' token 4-grams repeat (loops)",
         f"{_LOWER_LR}, raise the KL coefficient, or restart from the last good checkpoint",
     ),
@@ -182,7 +222,7 @@ DEFAULTS: dict[str, tuple] = {
         0.2,
         2,
         0.0,
-        2,
+        1,
         "degenerate text: a fifth of the policy's characters are outside ASCII "
         "(gibberish or another language)",
         f"{_LOWER_LR}, raise the KL coefficient, or restart from the last good checkpoint",
@@ -193,7 +233,7 @@ DEFAULTS: dict[str, tuple] = {
         0.25,
         3,
         0.0,
-        2,
+        10,
         "groups without reward variance dominate: most groups carry no gradient",
         "use questions nearer the model's level, a larger group, DAPO's dynamic sampling, or "
         "reshape the reward (benchmarks/reward_base_rate.py)",
@@ -204,7 +244,7 @@ DEFAULTS: dict[str, tuple] = {
         0.9,
         3,
         0.0,
-        2,
+        1,
         "truncation dominates: most episodes hit the token budget",
         "raise max_new_tokens (or max_response_tokens), lower max_turns, or penalize overlong "
         "outputs",
@@ -215,7 +255,7 @@ DEFAULTS: dict[str, tuple] = {
         0.5,
         2,
         0.0,
-        2,
+        1,
         "example copying: most samples answer with the prompt's worked example's answer",
         "vary the worked example (environment example_outputs) or drop it, and check the "
         "format reward does not pay a copy",
@@ -226,7 +266,7 @@ DEFAULTS: dict[str, tuple] = {
         0.2,
         2,
         0.0,
-        2,
+        1,
         "hedging: answers list several candidates",
         "set the reward's hedging to zero (or cap) so a committed answer pays more",
     ),
@@ -236,7 +276,7 @@ DEFAULTS: dict[str, tuple] = {
         0.5,
         3,
         0.0,
-        2,
+        1,
         "passage copying: completions repeat 12 or more words of a passage verbatim",
         "read the rollouts: if the reward should not pay copied text, score it on the "
         "policy's own words",
@@ -247,7 +287,7 @@ DEFAULTS: dict[str, tuple] = {
         0.0,
         1,
         0.0,
-        2,
+        1,
         "token mismatch: the policy trains on tokens the engine did not sample",
         "an environment re-encoded the policy's text; train on the sampled token ids",
     ),
@@ -261,7 +301,8 @@ def detectors(
     ones named in ``disabled``.
 
     Raises:
-        ValueError: A name that is no detector's (one line naming the known ones).
+        ValueError: A name that is no detector's (one line naming the known ones), or a share
+            (a ``drop`` or ``fall`` threshold) outside 0 to 1.
     """
     thresholds = dict(thresholds or {})
     unknown = sorted((set(thresholds) | set(disabled)) - set(DEFAULTS))
@@ -269,6 +310,12 @@ def detectors(
         raise ValueError(
             f"health detector {', '.join(unknown)} is not known; known: {', '.join(DEFAULTS)}"
         )
+    for name, value in thresholds.items():
+        if DEFAULTS[name][1] in ("drop", "fall") and not 0 < value < 1:
+            raise ValueError(
+                f"health thresholds: {name} {value} is not a share; allowed: between 0 and 1 "
+                f"(default {DEFAULTS[name][2]})"
+            )
     out = []
     for name, (metric, rule, threshold, patience, floor, window, what, advice) in DEFAULTS.items():
         if name not in disabled:

@@ -31,6 +31,13 @@ silently. LJ (ARENA's LLM-as-a-judge, Appendix C.3) asks the judge named by ``--
 OpenAI-compatible endpoint: OpenAI, a local ``vllm serve``) with the paper's prompt at temperature
 0; without one the column shows '–'.
 
+Under the table, each setting the paper states (model size, corpus, retriever, top-k, R2AG's
+t, turns, decoding, normalization, question counts, judge) is compared with the record, a line
+per difference, and a setting the paper leaves unstated is named as such
+(:mod:`lit_rag.evaluate_published`). A suite may set environment settings per dataset: the
+R2AG suite scores each test set at Table 1's t = M/2 (HotpotQA 1, 2Wiki and MuSiQue 2) unless
+an override names ``val_top_t``; each dataset's settings are kept in the record.
+
 This module runs the command, the models and the judge; the protocol is
 :mod:`lit_rag.evaluate_protocol`, the record files :mod:`lit_rag.evaluate_records`, the table
 :mod:`lit_rag.evaluate_table`.
@@ -45,6 +52,7 @@ import re
 import subprocess
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +68,10 @@ from lit_rag.evaluate_records import (
 )
 from lit_rag.evaluate_table import render
 from lit_rag.suites import ARENA_JUDGE_PROMPT, SUITES, Suite
+
+#: environment settings recorded per dataset (the suite may set them per dataset): R2AG's
+#: top-t/x and whether predicted queries retrieve
+PER_DATASET = ("val_top_t", "val_predicted_queries")
 
 USAGE = (
     "lit-rag evaluate --suite NAME [--config RECIPE] [MODEL ...] [--data DIR] [--limit N] "
@@ -291,11 +303,15 @@ def evaluate_models(
             "questions": {},
             "predictions": {},
         }
+        used = {}
         for dataset, file in files.items():
             data.use_val(str(file), limit)
             capture.begin(name, dataset, len(data.val_examples()))
             ckpt = path if kind == "checkpoint" else None
-            (metrics,) = trainer.validate(module, datamodule=data, ckpt_path=ckpt, verbose=False)
+            with dataset_settings(suite, dataset, module.environment, overrides) as used[dataset]:
+                (metrics,) = trainer.validate(
+                    module, datamodule=data, ckpt_path=ckpt, verbose=False
+                )
             record["metrics"][dataset] = {
                 m.title: float(metrics[m.key]) for m in suite.metrics if m.key in metrics
             }
@@ -303,8 +319,34 @@ def evaluate_models(
             record["predictions"][dataset] = capture.rows
         record["model"]["parameters"] = _parameters(module)
         record["protocol"] = protocol(recipe, overrides, files, limit, cli)
+        for dataset, settings in used.items():
+            record["protocol"]["datasets"][dataset].update(settings)
         records.append(record)
     return records
+
+
+@contextmanager
+def dataset_settings(suite: Suite, dataset: str, environment, overrides: list[str]):
+    """Set the suite's environment settings for ``dataset`` (R2AG's t = M/2 per test set)
+    while it is scored, then restore the recipe's; yields what the dataset ran with
+    (:data:`PER_DATASET`, e.g. ``{"val_top_t": 1, "val_predicted_queries": True}``).
+
+    A setting a recipe override names (``--model.environment.init_args.val_top_t=4``) is the
+    user's choice: it stays for every dataset.
+    """
+    wanted = {
+        key: value
+        for key, value in suite.dataset_settings.get(dataset, {}).items()
+        if hasattr(environment, key) and not any(f".{key}=" in o for o in overrides)
+    }
+    saved = {key: getattr(environment, key) for key in wanted}
+    for key, value in wanted.items():
+        setattr(environment, key, value)
+    try:
+        yield {k: getattr(environment, k) for k in PER_DATASET if hasattr(environment, k)}
+    finally:
+        for key, value in saved.items():
+            setattr(environment, key, value)
 
 
 def _validation_cli(recipe: str, overrides: list[str]):

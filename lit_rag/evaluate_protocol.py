@@ -86,7 +86,7 @@ def protocol(
         "retriever": _retriever(getattr(environment, "retriever", None)),
         "top_k": {
             key: getattr(environment, key)
-            for key in ("top_k", "val_top_k", "max_turns", "t_max")
+            for key in ("top_k", "val_top_k", "val_top_t", "max_turns", "t_max", "max_iterations")
             if isinstance(getattr(environment, key, None), int)
         },
         "prompts": _prompts(environment),
@@ -106,7 +106,7 @@ def _retriever(retriever: Any) -> dict | None:
     if retriever is None:
         return None
     entry: dict[str, Any] = {"class": _class_path(retriever)}
-    for key in ("index", "corpus"):
+    for key in ("index", "corpus", "encoder_path"):
         value = getattr(retriever, key, None)
         if isinstance(value, (str, Path)):
             entry[key] = str(value)

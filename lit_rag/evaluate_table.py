@@ -9,10 +9,13 @@ from pathlib import Path
 
 from lit_rag.errors import InputError
 from lit_rag.evaluate_protocol import protocol_differences, protocol_summary
+from lit_rag.evaluate_published import r2ag_row, settings_lines
 from lit_rag.evaluate_records import UNTRAINED, short_label
 from lit_rag.suites import DATASET_TITLES, Metric, PublishedRow, Suite
 
 DASH = "–"
+#: the mark of a column that is not comparable with the paper's (a note under the table says why)
+NOT_COMPARABLE = "†"
 
 #: the table's columns after the model's: (dataset, metric), dataset by dataset
 Columns = list[tuple[str, Metric]]
@@ -27,7 +30,8 @@ def render(suite: Suite, records: list[dict]) -> str:
         )
     columns = [(d, m) for d in suite.datasets for m in suite.metrics]
     titles = [
-        DATASET_TITLES[d] if len(suite.metrics) == 1 else f"{DATASET_TITLES[d]} {m.title}"
+        (DATASET_TITLES[d] if len(suite.metrics) == 1 else f"{DATASET_TITLES[d]} {m.title}")
+        + (NOT_COMPARABLE if d in suite.not_comparable else "")
         for d, m in columns
     ]
     if suite.average:
@@ -123,14 +127,26 @@ def notes(suite: Suite, records: list[dict]) -> list[str]:
             f"{DASH} under LJ: no judge; name one with --judge URL --judge-model NAME "
             "(any OpenAI-compatible endpoint, e.g. a local vllm serve)"
         )
+    lines += [
+        f"{NOT_COMPARABLE} {DATASET_TITLES[d]}: not comparable with the paper's column: {why}"
+        for d, why in suite.not_comparable.items()
+    ]
     if records:
         lines.append("this run: " + protocol_summary(records[0]))
+        lines += settings_lines(suite, records)
+    if suite.name == "r2ag":
+        lines += [_labelled(r, r2ag_row(r), len(records)) for r in records]
     lines += protocol_differences(records) if len(records) > 1 else []
     return lines
 
 
+def _labelled(record: dict, line: str, count: int) -> str:
+    return f"{_row_title(record)}: {line}" if count > 1 else line
+
+
 def published_questions(suite: Suite) -> str:
-    return suite.published.settings.get("questions", "the paper's splits")
+    questions = suite.published.settings.get("questions")
+    return questions.stated if questions and questions.stated else "the paper's splits"
 
 
 def _average(record: dict, suite: Suite) -> str:

@@ -17,6 +17,8 @@ The folder holds ``model.safetensors`` (or an adapter), ``config.json``,
 
 Files are data: the checkpoint is read with ``torch.load(weights_only=True)``; its keys choose
 only which tensor goes where, and a key the recipe's model has not is an error, not ignored.
+A checkpoint trained on another base model, architecture or LoRA settings than the recipe
+builds is refused in one line naming both (:mod:`lit_rag.modules.provenance`).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def export(
 
     hf_logging.disable_progress_bar()  # an error after loading stays the only line on stderr
     model = load_model(config).eval()
+    check_trained_model(model, config, state, checkpoint)
     load_trained_weights(model, state, checkpoint, lora=config.lora is not None)
     tokenizer = load_tokenizer(config)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,6 +148,24 @@ def policy_config(recipe: str, overrides: list[str]):
             f"export: {recipe} does not train a policy (its model is {type(cli.model).__name__})"
         )
     return config
+
+
+def check_trained_model(model: torch.nn.Module, config, state: dict, checkpoint: Path) -> None:
+    """Refuse a checkpoint trained on another base model, architecture or LoRA settings than the
+    recipe builds (:mod:`lit_rag.modules.provenance`); one line on stderr for one that records
+    nothing to check.
+
+    Raises:
+        InputError: naming what the checkpoint was trained on and what the recipe builds.
+    """
+    import sys
+
+    from lit_rag.modules.provenance import check_trained_on, trained_on, unchecked_line
+
+    stored = (state.get("lit_rag") or {}) if isinstance(state, dict) else {}
+    current = trained_on(model, config)
+    if not check_trained_on(stored.get("trained_on"), current, str(checkpoint)):
+        print(f"lit-rag export: {unchecked_line(str(checkpoint))}", file=sys.stderr)
 
 
 def load_trained_weights(model: torch.nn.Module, state: dict, checkpoint: Path, lora: bool) -> None:

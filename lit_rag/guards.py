@@ -12,9 +12,12 @@ one whenever the gold answer is itself a list. An answer hedges when it lists mo
 than every gold alias does, candidates being what disjunctions separate ("or", "and/or",
 "/" between words, "|", ";", and the commas of "A, B or C"). A plain comma does not separate
 candidates ("Paris, France" is one answer), nor does "and" (a gold answer may be a pair).
-What a reward does with a hedged answer is :class:`Hedging`'s mode: ``zero`` (no credit),
-``cap`` (the credit divided by the number of candidates: what one guess among them would earn
-in expectation), ``count`` (the paper's score, the guard only measures).
+What a reward does with a hedged answer is :class:`Hedging`'s mode: ``count`` (the paper's
+score: the guard only measures; every reward's default, so a paper recipe trains on the paper's
+reward), ``zero`` (no credit) or ``cap`` (the credit divided by the number of candidates: what
+one guess among them would earn in expectation), which a recipe opts into. A reward applies it
+to an extracted answer only, never to prose (Eval-RAR's ``<evaluate>`` blocks), where ";" and
+"or" occur in ordinary sentences; :func:`hedged_text` measures prose.
 """
 
 from __future__ import annotations
@@ -84,21 +87,18 @@ class Hedging:
         0.0
 
     Args:
-        mode: ``zero``, ``cap`` or ``count``.
+        mode: ``count`` (the default: the score as it is), ``zero`` or ``cap``.
         key: The recipe key named in an error (e.g. ``reward eval_rar hedging``).
     """
 
-    def __init__(self, mode: str = "zero", key: str = "hedging") -> None:
+    def __init__(self, mode: str = "count", key: str = "hedging") -> None:
         self.mode = check_hedging(mode, key)
 
-    def apply(
-        self, score: float, answer: str | None, answers: Sequence[str], prose: bool = False
-    ) -> float:
-        """``score`` as this mode leaves it for ``answer`` (``prose``: free text, judged by
-        :func:`hedged_text`)."""
+    def apply(self, score: float, answer: str | None, answers: Sequence[str]) -> float:
+        """``score`` as this mode leaves it for the extracted ``answer``."""
         if self.mode == "count" or not score:
             return score
-        if not (hedged_text(answer, answers) if prose else hedged(answer, answers)):
+        if not hedged(answer, answers):
             return score
         if self.mode == "zero":
             return 0.0

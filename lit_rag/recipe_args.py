@@ -20,7 +20,7 @@ import yaml
 
 from lit_rag import registry
 from lit_rag.engine_fallback import hf_fallback
-from lit_rag.errors import InputError
+from lit_rag.errors import InputError, not_utf8_line
 
 #: recipe key -> plugin kind
 PLUGIN_KEYS = {
@@ -82,7 +82,9 @@ def load_recipe(path: str) -> dict:
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise RecipeError(f"recipe '{path}' is not UTF-8 text (byte {exc.start})") from exc
+        line, what = not_utf8_line(file, exc)
+        at = f" line {line}" if line is not None else ""
+        raise RecipeError(f"recipe '{path}'{at} is not UTF-8 text ({what})") from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""

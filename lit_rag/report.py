@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_rag.errors import CommandParser, InputError
+from lit_rag.errors import CommandParser, InputError, file_line, not_utf8_line
 from lit_rag.report_health import read_jsonl, write_health
 
 #: a metric's name -> its points, ``(step, value)`` in step order
@@ -156,7 +156,8 @@ def read_metrics_csv(path: Path) -> Series:
                     if key and key not in _NOT_CURVES and value is not None:
                         series.setdefault(key, []).append((x, value))
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+        line, what = not_utf8_line(path, exc)
+        raise InputError(f"{file_line(path, line)}: not UTF-8 text ({what})") from None
     except csv.Error as exc:
         raise InputError(f"{path} is not a CSV file: {exc}") from None
     return {k: sorted(v) for k, v in series.items()}

@@ -24,6 +24,7 @@ Suites:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Column titles of the datasets.
 DATASET_TITLES = {
@@ -63,13 +64,38 @@ class PublishedRow:
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One protocol field of a paper's runs: what the paper states, and where.
+
+    ``lit-rag evaluate`` compares it with the same field of a run's record
+    (:mod:`lit_rag.evaluate_published`) and prints a line when they differ, or when the paper
+    is silent.
+
+    Args:
+        title: The field as a line names it (``top-k``).
+        stated: What the paper states, as a reader sees it; None where it states nothing.
+        cite: The section or table that states it; where the paper is silent, that it is, and
+            whose setting a value one might assume is (``greedy is Search-R1's setting``).
+        expect: What a record's value must be for the run to match: a tuple of allowed values,
+            or a ``dataset -> value`` dict; None where the record has nothing to compare.
+    """
+
+    title: str
+    stated: str | None
+    cite: str
+    expect: tuple | dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Published:
     """A paper's table: where it is, and the protocol its rows were measured under."""
 
     citation: str
     protocol: str
-    #: protocol fields of the paper's runs, compared with a record's to say what differs
-    settings: dict[str, str]
+    #: protocol fields of the paper's runs (``model``, ``corpus``, ``corpus_size``,
+    #: ``retriever``, ``encoder``, ``top_k``, ``top_t``, ``max_turns``, ``decoding``,
+    #: ``normalization``, ``questions``, ``judge``), compared with a record's to say what differs
+    settings: dict[str, Setting]
     rows: tuple[PublishedRow, ...]
 
 
@@ -87,6 +113,11 @@ class Suite:
     published: Published
     average: bool = False  #: an average column over the datasets, as the paper's table has
     extra: dict[str, str] = field(default_factory=dict)
+    #: environment settings per dataset, the paper's (R2AG's t = M/2): set before the dataset
+    #: is scored unless a recipe override names them
+    dataset_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: datasets whose column is not comparable with the paper's, and why (one line each)
+    not_comparable: dict[str, str] = field(default_factory=dict)
 
 
 def _rows(
@@ -148,12 +179,50 @@ _EVAL_RAR_TABLE_2 = [
         [0.423, 0.583, 0.429, 0.341, 0.336, 0.111, 0.248],
     ),
 ]
+# What Eval-RAR states of its runs (Section 5.1 "Implementation details", A.1, A.4), and what it
+# leaves to Search-R1 ("Following the settings in Search-R1"): those are named as not stated.
 _SEARCH_SETTINGS = {
-    "retriever": "E5-base-v2 (dense)",
-    "corpus": "2018 Wikipedia dump (DPR passages)",
-    "top_k": "3",
-    "questions": "full test / dev splits",
-    "decoding": "greedy",
+    "model": Setting("model", "Qwen2.5-3B Base and Instruct", "Eval-RAR Section 5.1", (3.0,)),
+    "corpus": Setting(
+        "corpus",
+        "the December 2018 Wikipedia dump (Karpukhin et al., 2020)",
+        "Eval-RAR Section 5.1",
+        ("wiki18",),
+    ),
+    "corpus_size": Setting(
+        "corpus size", None, "not stated in Eval-RAR (it cites Karpukhin et al., 2020 for the dump)"
+    ),
+    "retriever": Setting("retriever", "dense (E5-base-v2)", "Eval-RAR Section 5.1", ("dense",)),
+    "encoder": Setting("encoder", "E5-base-v2", "Eval-RAR Section 5.1", ("e5-base-v2",)),
+    "top_k": Setting("top-k", "3", "Eval-RAR Section 5.1 and the A.1 prompt", (3,)),
+    "max_turns": Setting(
+        "max turns",
+        None,
+        "not stated in Eval-RAR (Algorithm 1's limit N has no value; 4 is Search-R1's script)",
+    ),
+    "decoding": Setting(
+        "decoding", None, "not stated in Eval-RAR (greedy is Search-R1's setting, not Eval-RAR's)"
+    ),
+    "normalization": Setting(
+        "answer normalization",
+        None,
+        "not stated in Eval-RAR, which names EM only (SQuAD's, punctuation deleted, is "
+        "Search-R1's qa_em.py)",
+    ),
+    "questions": Setting(
+        "questions",
+        "the full test / dev splits",
+        "Eval-RAR A.4 Table 4",
+        {
+            "nq": 3_610,
+            "triviaqa": 11_313,
+            "popqa": 14_267,
+            "hotpotqa": 7_405,
+            "2wiki": 12_576,
+            "musique": 2_417,
+            "bamboogle": 125,
+        },
+    ),
 }
 _SEARCH_PROTOCOL = (
     "Qwen2.5-3B, E5-base-v2 top-3 over the 2018 Wikipedia dump, full test/dev splits, EM"
@@ -198,6 +267,48 @@ _ARENA_TABLE_3 = [
     ("Qwen3-8B", 8.2, [0.582, 0.719, 0.768, 0.652, 0.727, 0.784, 0.336, 0.397, 0.394]),
 ]
 
+# What ARENA states of its evaluation (Sections 4.1-4.4, Appendices B, C).
+_ARENA_SETTINGS = {
+    "model": Setting(
+        "model", "Qwen2.5-7B-Instruct, Llama3.1-8B-Instruct", "ARENA Section 4.4", (7.6, 8.0)
+    ),
+    "corpus": Setting(
+        "corpus",
+        "no retrieval: each question's own 10 (HotpotQA, 2Wiki) or 20 (MuSiQue) paragraphs, "
+        "in the prompt in their original order",
+        "ARENA Section 4.1, Table 2, Section 4.4",
+        ("prompt",),
+    ),
+    "retriever": Setting(
+        "retriever", "none (the paragraphs are in the prompt)", "ARENA Section 4.4", ("none",)
+    ),
+    "decoding": Setting(
+        "decoding",
+        None,
+        "not stated in ARENA (its temperatures are 0.9 for training rollouts, Appendix E, and "
+        "0.0 for the judge, C.3)",
+    ),
+    "normalization": Setting(
+        "answer normalization",
+        "lowercase; punctuation and articles removed; underscores to spaces (the release "
+        "replaces punctuation with a space)",
+        "ARENA Appendix C.1",
+        ("space",),
+    ),
+    "questions": Setting(
+        "questions",
+        "500 dev questions per dataset",
+        "ARENA Table 2, Appendix B",
+        dict.fromkeys(("hotpotqa", "2wiki", "musique"), 500),
+    ),
+    "judge": Setting(
+        "judge",
+        "GPT-4o (2024-11-20), temperature 0.0",
+        "ARENA Section 4.2, Appendix C.3",
+        ("gpt-4o-2024-11-20",),
+    ),
+}
+
 R2AG_DATASETS = ("hotpotqa", "2wiki", "musique")
 # R2AG (shared/seeds/r2ag.md) Table 1, "Overall retrieval performance" (percentages; @K is a
 # count): multilingual-e5-large-instruct (0.56B) over each dataset's own paragraphs (C.2), the
@@ -237,6 +348,57 @@ _R2AG_TABLE_1 = [
 ]
 
 
+#: M, each dataset's maximum reasoning hops: "HotPotQA (2 hop) ..., 2WikiMultihopQA (4 hop) ...,
+#: MuSiQue (2~4 hop)" (R2AG Section 3.1)
+R2AG_HOPS = {"hotpotqa": 2, "2wiki": 4, "musique": 4}
+#: Table 1's top-t/x: t = M/2 (C.2 evaluates t = M and t = M/2; Table 1's 2Wiki values are Table
+#: A.6's t = M/2 rows), so HotpotQA 1, 2Wiki 2, MuSiQue 2
+R2AG_TOP_T = {dataset: hops // 2 for dataset, hops in R2AG_HOPS.items()}
+# What R2AG states of Table 1's runs (Section 3.1, 3.2, Appendices B.2, C.1, C.2).
+_R2AG_SETTINGS = {
+    "model": Setting("model", "Qwen3-8B (the steering model)", "R2AG Section 3.2, Table 1", (8.2,)),
+    "corpus": Setting(
+        "corpus",
+        "each dataset's original document collection",
+        "R2AG Appendix C.2",
+        ("paragraphs",),
+    ),
+    "corpus_size": Setting(
+        "corpus size",
+        None,
+        "not stated in R2AG (C.1: each HotpotQA question has 10 passages)",
+    ),
+    "retriever": Setting(
+        "retriever", "dense (multilingual-e5-large-instruct)", "R2AG Section 3.2", ("dense",)
+    ),
+    "encoder": Setting(
+        "encoder",
+        "multilingual-e5-large-instruct (0.56B)",
+        "R2AG Section 3.2",
+        ("multilingual-e5-large-instruct",),
+    ),
+    "top_k": Setting(
+        "top-k", "1 and 2 per query (a row each)", "R2AG Section 3.2, Table 1", (1, 2)
+    ),
+    "top_t": Setting(
+        "top-t",
+        "t = M/2: HotpotQA 1, 2Wiki 2, MuSiQue 2 (M = 2, 4, 4 hops)",
+        "R2AG Appendix C.2, Section 3.1, Table A.6",
+        R2AG_TOP_T,
+    ),
+    "max_turns": Setting("max iterations", "5 (L_MAX-I)", "R2AG Section 3.2, B.2", (5,)),
+    "decoding": Setting(
+        "decoding", "temperature 0.6, top-p 0.9", "R2AG Appendix C.2", ((0.6, 0.9),)
+    ),
+    "questions": Setting(
+        "questions",
+        "1,000 random dev questions per dataset",
+        "R2AG Appendix C.2",
+        dict.fromkeys(R2AG_DATASETS, 1_000),
+    ),
+}
+
+
 def _r2ag_rows() -> tuple[PublishedRow, ...]:
     # Recall, FR and mAP are percentages in the paper, @K a count: scale each on its own
     rows = []
@@ -267,6 +429,42 @@ _EVO_RAG_TABLE_3 = [
     ("RAG-Gym ReSearch + PRM (LLaMA-3.1-8B)", 8.0, [44.1, 56.8, 50.2, 57.9, 48, 60, 51.2, 63.1]),
     ("IRCoT (Flan-T5-XXL)", 11.0, [45.0, 56.2, 45.4, 56.8, 19.9, 24.9, 44.0, 55.0]),
 ]
+
+# What EVO-RAG states of its evaluation (Section 3.6, Section 4.1, Table 2): Section 4.1 names
+# the retriever and "official validation sets", and no corpus, k, decoding or normalization.
+_EVO_RAG_SETTINGS = {
+    "model": Setting(
+        "model",
+        "Llama-3.1-8B-Instruct, Qwen3-8B, DeepSeek-R1-distill-llama3-8B",
+        "EVO-RAG Section 4.1",
+        (8.0, 8.2),
+    ),
+    "corpus": Setting(
+        "corpus", None, "not stated in EVO-RAG (Section 4.1 names a retriever, no corpus)"
+    ),
+    "corpus_size": Setting("corpus size", None, "not stated in EVO-RAG"),
+    "retriever": Setting(
+        "retriever",
+        "RRF-BGE: fusion of BM25 and BGE embeddings",
+        "EVO-RAG Section 4.1",
+        ("hybrid",),
+    ),
+    "encoder": Setting("encoder", "BGE (no model named)", "EVO-RAG Section 4.1", ("bge",)),
+    "top_k": Setting("top-k", None, "not stated in EVO-RAG"),
+    "max_turns": Setting("max steps", "T_max = 20", "EVO-RAG Section 3.6", (20,)),
+    "decoding": Setting(
+        "decoding", None, "not stated in EVO-RAG (its one temperature is DPO's, Section 3.3)"
+    ),
+    "normalization": Setting(
+        "answer normalization", None, "not stated in EVO-RAG, which names EM and F1 (Section 4.1)"
+    ),
+    "questions": Setting(
+        "questions",
+        "the official validation sets",
+        "EVO-RAG Section 4.1, Table 2",
+        {"hotpotqa": 7_404, "2wiki": 12_575, "musique": 2_417, "bamboogle": 125},
+    ),
+}
 
 EM = Metric("EM", "val/em")
 F1 = Metric("F1", "val/f1")
@@ -322,11 +520,7 @@ SUITES: dict[str, Suite] = {
                 "7-8B models, 500 dev questions per dataset with their own 10-20 paragraphs, "
                 "LJ by GPT-4o (2024-11-20)"
             ),
-            settings={
-                "retriever": "none (the dataset's paragraphs in the prompt)",
-                "questions": "500 per dataset",
-                "judge": "gpt-4o-2024-11-20",
-            },
+            settings=_ARENA_SETTINGS,
             rows=_grid(ARENA_DATASETS, ("EM", "F1", "LJ"), _ARENA_TABLE_3),
         ),
     ),
@@ -349,14 +543,10 @@ SUITES: dict[str, Suite] = {
                 "steering model Qwen3-8B, multilingual-e5-large-instruct over each dataset's "
                 "paragraphs, 1,000 dev questions per dataset, t = M/2, temperature 0.6, top-p 0.9"
             ),
-            settings={
-                "retriever": "multilingual-e5-large-instruct (dense)",
-                "corpus": "each dataset's own paragraphs",
-                "questions": "1,000 per dataset",
-                "decoding": "temperature 0.6, top-p 0.9",
-            },
+            settings=_R2AG_SETTINGS,
             rows=_r2ag_rows(),
         ),
+        dataset_settings={d: {"val_top_t": t} for d, t in R2AG_TOP_T.items()},
     ),
     "evo-rag": Suite(
         name="evo-rag",
@@ -372,12 +562,13 @@ SUITES: dict[str, Suite] = {
                 "8B models trained on 1,000 HotpotQA questions, RRF of BM25 and BGE, the "
                 "official dev sets in full"
             ),
-            settings={
-                "retriever": "RRF of BM25 and BGE",
-                "questions": "official dev sets in full",
-            },
+            settings=_EVO_RAG_SETTINGS,
             rows=_grid(EVO_RAG_DATASETS, ("EM", "F1"), _EVO_RAG_TABLE_3, scale=100.0),
         ),
+        not_comparable={
+            "bamboogle": "Bamboogle ships no paragraphs, so its questions search a corpus "
+            "without their evidence (EVO-RAG names no corpus, Section 4.1)",
+        },
     ),
 }
 

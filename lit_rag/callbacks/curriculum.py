@@ -106,9 +106,12 @@ class CurriculumCallback(Callback):
             return
         state = torch.load(paths[0], map_location="cpu", weights_only=True)["state_dict"]
         pl_module.load_state_dict(state, strict=False)
+        # an engine with its own copy (vllm), or the rollout workers, sample the reloaded weights
+        workers = getattr(pl_module, "workers", None)
         engine = getattr(pl_module, "engine", None)
-        # an engine with its own copy (vllm) samples from the reloaded weights
-        if engine is not None:
+        if workers is not None:
+            workers.resync()
+        elif engine is not None:
             engine.sync_weights()
 
     # ---- hooks ------------------------------------------------------------------------------

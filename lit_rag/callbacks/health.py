@@ -139,6 +139,7 @@ class HealthMonitor(Callback):
                 d.name: {
                     "history": list(d.history),
                     "start": list(d.start),
+                    "best": d.best,
                     "held": d.held,
                     "clear": d.clear,
                     "fired": d.fired,
@@ -155,6 +156,8 @@ class HealthMonitor(Callback):
             row = saved.get(d.name, {})
             d.history = [float(v) for v in row.get("history", [])]
             d.start = [float(v) for v in row.get("start", d.history[: d.window])]
+            best = row.get("best")
+            d.best = None if best is None else float(best)
             d.held, d.clear = int(row.get("held", 0)), int(row.get("clear", 0))
             d.fired = bool(row.get("fired", False))
         self.marks = list(state_dict.get("marks", []))

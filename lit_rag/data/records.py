@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lit_rag.errors import InputError
+from lit_rag.errors import InputError, file_line, not_utf8_line
 
 Record = dict[str, Any]
 
@@ -65,9 +65,11 @@ def _check_text(path: Path) -> None:
 
 
 def _not_utf8(path: Path, err: UnicodeDecodeError) -> DatasetFormatError:
+    """``PATH:LINE: not UTF-8 text (invalid continuation byte: b'\\xe9' at byte 12 of the
+    line); ...``: the line is found again in the file's bytes (text mode decodes in chunks)."""
+    line, what = not_utf8_line(path, err)
     return DatasetFormatError(
-        f"{path}: not UTF-8 text ({err.reason}: byte {err.object[err.start : err.start + 1]!r}); "
-        "data files must be UTF-8 JSON or JSONL"
+        f"{file_line(path, line)}: not UTF-8 text ({what}); data files must be UTF-8 JSON or JSONL"
     )
 
 

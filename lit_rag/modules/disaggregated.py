@@ -15,10 +15,13 @@ One training step, staleness bound k and ``prefetch`` p (default k):
 With p = 0 and one worker the worker samples from this process's random stream (states sent
 with the job and taken back), so a run gives the colocated engine's samples and weights.
 
-Faults: a worker that dies is restarted by :class:`~lit_rag.rollout.workers.RolloutWorkers`;
-when the run must stop instead, every rank learns it at the same point of the step (one
-``any_rank``), saves ``worker-fault-step=N.ckpt`` (the weights of the last update: no
-update is lost; the batch in flight is not trained) and stops.
+Faults: a worker that dies or is stuck is restarted by
+:class:`~lit_rag.rollout.workers.RolloutWorkers`; when the run must stop instead, every rank
+learns it at the same point (one ``any_rank``: after the step's rollout and staleness bound, or
+in a rollout every rank makes together: validation, DAPO's refill), saves
+``worker-fault-step=N.ckpt`` (the weights of the last update: no update is lost; the batch in
+flight is not trained) and stops. A fault during a push (after an update, or of a checkpoint's
+weights) is kept for the next of those points.
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ def worker_rollout(module, settings: RolloutSettings) -> WorkerRollout | None:
             "model rollout workers receive merged weights: engine lora_sync must be merge"
         )
     algorithm = module.algorithm
+    if settings.ahead and not hasattr(algorithm, "importance_sampling_cap"):
+        # DPO's loss reads no sampling log-probs: an older sample is older preference data
+        print(
+            f"lit-rag: model.rollout lets samples be up to {settings.ahead} version(s) old and "
+            f"algorithm {type(algorithm).__name__} has no importance-sampling correction: it "
+            "trains on them uncorrected (max_staleness: 0 keeps them on-policy)",
+            flush=True,
+        )
     if settings.ahead and getattr(algorithm, "importance_sampling_cap", 0) is None:
         # samples from older weights are corrected by truncated importance sampling with the
         # log-probs the worker recorded; without a cap the loss would treat them as on-policy
@@ -82,6 +93,7 @@ class WorkerRollout:
         self.workers = RolloutWorkers(settings, payload(module.environment, module.engine))
         self._ahead: dict[tuple[str, ...], list[int]] = {}  # a batch sent ahead -> its jobs
         self.fault: str | None = None
+        self.stopped = False  # every rank agreed to stop (checkpoint saved)
         weakref.finalize(self, self.workers.close)
         atexit.register(self.workers.close)
 
@@ -92,16 +104,17 @@ class WorkerRollout:
             return
         module = self.module
         trainer = module.trainer if module._trainer is not None else None
-        placement = Placement()
+        placement, device = Placement(), next(module.model.parameters()).device
         if trainer is not None:
             placement = Placement(
                 trainer.global_rank, trainer.world_size, trainer.local_rank, trainer.num_devices
             )
+            device = trainer.strategy.root_device  # a parameter's may be the CPU (offload)
         seed = module.engine.seed if getattr(module.engine, "seed", None) is not None else None
         seed = torch.initial_seed() % 2**31 if seed is None else seed
         self.seed = int(seed)
         path = getattr(module.engine, "model_path", None) or policy_path(module.model)
-        self.workers.start(module.model, module.tokenizer, path, placement, self.seed)
+        self.workers.start(module.model, module.tokenizer, path, placement, self.seed, device)
 
     def close(self) -> None:
         self._ahead.clear()
@@ -110,8 +123,24 @@ class WorkerRollout:
     # ---- rollouts ------------------------------------------------------------------------
     def rollout(
         self, examples: list[Example], params: SamplingParams, group_size: int | None
+    ) -> list[Trajectory] | None:
+        """A rollout from the current weights, waited for, that every rank makes together
+        (validation, DAPO's refill): None when the run stops (a worker fault on any rank;
+        every rank agrees here, and the checkpoint is saved)."""
+        if self.stopped:
+            return None
+        trajectories = None
+        try:
+            if self.fault is None:
+                trajectories = self._rollout(examples, params, group_size)
+        except WorkerFault as exc:
+            self.fault = str(exc)
+        return None if self._must_stop() else trajectories
+
+    def _rollout(
+        self, examples: list[Example], params: SamplingParams, group_size: int | None
     ) -> list[Trajectory]:
-        """A rollout from the current weights, waited for (validation, DAPO's refill)."""
+        """A rollout from the current weights, waited for; raises ``WorkerFault``."""
         self.start()
         ids = self.workers.submit(examples, group_size, params, self.seed)
         return self.workers.take(ids).trajectories
@@ -119,31 +148,41 @@ class WorkerRollout:
     def train_batch(
         self, batch: list[Example], batch_idx: int, group_size: int, params: SamplingParams
     ) -> tuple[list[Trajectory] | None, dict[str, float]]:
-        """The step's trajectories (None when the run must stop) and what they cost."""
+        """The step's trajectories within the staleness bound (None when the run must stop)
+        and what they cost."""
         metrics: dict[str, float] = {}
+        trajectories: list[Trajectory] = []
         try:
-            if self.fault is None:
-                self.start()
-                ids = self._ahead.pop(_key(batch), None)
-                if ids is None:  # not sent ahead: any batch that was will not come in order
-                    for other in self._ahead.values():
-                        self.workers.forget(other)
-                    self._ahead.clear()
-                    share = self.settings.ahead == 0
-                    ids = self.workers.submit(batch, group_size, params, self.seed, share)
-                self._send_ahead(batch_idx, group_size, params)
-                result = self.workers.take(ids)
+            if self.fault is None and not self.stopped:
+                result = self.workers.take(self._submit(batch, batch_idx, group_size, params))
                 metrics["time/wait_s"] = result.wait_seconds
                 metrics["time/worker_rollout_s"] = result.worker_seconds
+                # may regenerate on this rank only: its fault is agreed on below, with the rest
+                trajectories, bounded = self.bound(result.trajectories, group_size, params)
+                metrics.update(bounded)
         except WorkerFault as exc:
             self.fault = str(exc)
-        if self._must_stop():
+        if self.stopped or self._must_stop():
             return None, metrics
-        trajectories, bounded = self.bound(result.trajectories, group_size, params)
-        metrics.update(bounded)
-        metrics["rollout/worker_restarts"] = float(self.workers.restarts)
+        metrics["rollout/worker_restarts"] = float(self.workers.total_restarts)
         metrics["policy/version"] = float(self.workers.version)
         return trajectories, metrics
+
+    def _submit(
+        self, batch: list[Example], batch_idx: int, group_size: int, params: SamplingParams
+    ) -> list[int]:
+        """The jobs of the step's batch (sent ahead by an earlier step, or now), and the next
+        ``prefetch`` batches sent ahead."""
+        self.start()
+        ids = self._ahead.pop(_key(batch), None)
+        if ids is None:  # not sent ahead: any batch that was will not come in order
+            for other in self._ahead.values():
+                self.workers.forget(other)
+            self._ahead.clear()
+            share = self.settings.ahead == 0
+            ids = self.workers.submit(batch, group_size, params, self.seed, share)
+        self._send_ahead(batch_idx, group_size, params)
+        return ids
 
     def _send_ahead(self, batch_idx: int, group_size: int, params: SamplingParams) -> None:
         for upcoming in self._upcoming(batch_idx):
@@ -180,13 +219,15 @@ class WorkerRollout:
             metrics["rollout/stale_dropped"] = float(len(stale))
         elif stale:  # regenerate (or drop would leave nothing)
             examples = [next(t.example for t in trajectories if t.group == g) for g in stale]
-            fresh = self.rollout(examples, params, group_size)
+            fresh = self._rollout(examples, params, group_size)
             for t in fresh:
                 t.group = stale[t.group]
             trajectories = [t for t in trajectories if t.group not in stale] + fresh
             trajectories.sort(key=lambda t: t.group)
             metrics["rollout/stale_regenerated"] = float(len(stale))
         ages = self.ages(trajectories)
+        for t, age in zip(trajectories, ages, strict=True):
+            t.staleness = age  # the engine's mismatch is measured on the fresh ones only
         metrics["rollout/staleness_mean"] = sum(ages) / max(len(ages), 1)
         metrics["rollout/staleness_max"] = float(max(ages, default=0))
         return trajectories, metrics
@@ -209,15 +250,23 @@ class WorkerRollout:
         return {"time/weight_push_s": seconds}
 
     def resync(self) -> None:
-        """Weights a checkpoint just loaded: pushed if the workers already run."""
-        if self.workers.started:
+        """Weights a checkpoint (or a callback) just loaded: pushed if the workers already run.
+        A fault is kept for the next point where every rank agrees to stop."""
+        if not self.workers.started or self.fault is not None:
+            return
+        try:
             self.workers.push(self.workers.version)
+        except WorkerFault as exc:
+            self.fault = str(exc)
 
     # ---- faults --------------------------------------------------------------------------
     def _must_stop(self) -> bool:
+        """Whether a worker fault on any rank stops the run (a collective: every rank calls it
+        at the same point); if so the checkpoint is saved, once."""
         module = self.module
         if not any_rank(module, self.fault is not None):
             return False
+        self.stopped = True
         trainer = module.trainer
         callback = trainer.checkpoint_callback
         folder = Path(
@@ -225,9 +274,9 @@ class WorkerRollout:
         )
         path = folder / f"worker-fault-step={trainer.global_step}.ckpt"
         trainer.save_checkpoint(path)  # every rank: a collective under FSDP / DeepSpeed
-        if trainer.is_global_zero:
+        if self.fault is not None or trainer.is_global_zero:  # the rank whose worker failed
             print(
-                f"lit-rag: {self.fault or 'a rollout worker of another rank died'}; "
+                f"lit-rag: {self.fault or 'a rollout worker of another rank failed'}; "
                 f"saved {path}; stopping (model.rollout.on_fault: {self.settings.on_fault})",
                 flush=True,
             )

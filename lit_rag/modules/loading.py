@@ -23,6 +23,7 @@ import torch
 from lit_rag.errors import InputError
 from lit_rag.models import has_adapters, resolve_path
 from lit_rag.modules import activation_checkpointing
+from lit_rag.modules.provenance import BASE_ATTRIBUTE, describe_base
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +265,8 @@ def cached_hub_folder(repo_id: str) -> Path:
 
 
 def load_model(config: ModelConfig) -> torch.nn.Module:
-    """The causal LM for ``config``, with LoRA adapters attached when asked."""
+    """The causal LM for ``config``, with LoRA adapters attached when asked, and the base
+    weights' fingerprint (:mod:`lit_rag.modules.provenance`) as its ``lit_rag_base``."""
     from transformers import AutoModelForCausalLM
 
     dtype = DTYPES[config.dtype]
@@ -279,6 +281,8 @@ def load_model(config: ModelConfig) -> torch.nn.Module:
         source = _hf_source(config)
         with _loading_errors(config, source):
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    # what a checkpoint records it was trained on, before training or wrappers change the model
+    setattr(model, BASE_ATTRIBUTE, describe_base(model))
     activation_checkpointing.enable(model, config.gradient_checkpointing)
     if config.quantization == "4bit":
         _keep_4bit_weights_trainable(model)

@@ -32,7 +32,7 @@ from lit_rag.modules.ranks import any_rank, log_metrics
 from lit_rag.modules.refill import Refill, draw_from_pool
 from lit_rag.modules.state import load_state, save_state
 from lit_rag.modules.step_metrics import memory_metrics, rollout_metrics
-from lit_rag.modules.strategies import fsdp_wrap, is_fsdp, outside_zero_init
+from lit_rag.modules.strategies import fsdp_wrap, is_fsdp, outside_zero_init, zero3_reference
 from lit_rag.modules.update import Update
 from lit_rag.reward import Reward
 from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
@@ -146,7 +146,8 @@ class PolicyModule(LightningModule):
         """Load the policy (deferred, so recipes build without weights)."""
         if self.model is not None:
             return
-        self.environment.setup()
+        if self.workers is None:  # else each rollout worker opens its own (an index, say)
+            self.environment.setup()
         self.tokenizer = load_tokenizer(self.policy_config)
         with outside_zero_init():
             # from_pretrained returns eval mode
@@ -157,6 +158,8 @@ class PolicyModule(LightningModule):
             self._reference = [reference]
         if self._trainer is not None and is_fsdp(self.trainer.strategy):
             self.model = fsdp_wrap(self.model, self.trainer.strategy)
+            # sharded as the policy is: a whole frozen copy per rank would undo the sharding
+            self._reference = [fsdp_wrap(r, self.trainer.strategy) for r in self._reference]
         if self._trainer is not None:  # e.g. a vLLM per rank (or per tensor-parallel group)
             trainer = self.trainer
             placement = Placement(
@@ -193,6 +196,8 @@ class PolicyModule(LightningModule):
                 return None
         rewards = self.reward(trajectories)  # step 3
         trajectories, rewards, prepared = self.prepare(trajectories, rewards, len(batch))  # 4
+        if self.workers is not None and self.workers.stopped:  # a worker fault in the refill
+            return None
         rolled = time.perf_counter()
         metrics = self.update(prepared)  # step 5
         moved = "train/skipped_step" not in metrics  # weights moved: the engine samples them
@@ -272,6 +277,8 @@ class PolicyModule(LightningModule):
         id, question, gold answers, answer, completion, EM, F1) for callbacks such as
         ``lit-rag evaluate``'s."""
         trajectories = self.rollout(batch, self.val_sampling, None)
+        if trajectories is None:  # a rollout worker fault stops the run (checkpoint saved)
+            return {"predictions": []}
         rewards = self.reward(trajectories)
         answers = [self.environment.extract_answer(t) for t in trajectories]
         targets = [t.example.answers for t in trajectories]
@@ -322,6 +329,12 @@ class PolicyModule(LightningModule):
 
     #: a checkpoint's weights were loaded since the engine last synced (``on_load_checkpoint``)
     _restored: bool = False
+
+    def on_fit_start(self) -> None:
+        """Under DeepSpeed ZeRO-3 the frozen reference is partitioned as the policy is (its own
+        engine, no optimizer), once the strategy has set up the ranks."""
+        if self._reference:
+            self._reference = [zero3_reference(r, self.trainer.strategy) for r in self._reference]
 
     def on_train_start(self) -> None:
         self._sync_restored_weights()

@@ -21,6 +21,17 @@ def max_over_ranks(module, n: int) -> int:
     return int(value.item())
 
 
+def sum_over_ranks(module, values: list[float]) -> list[float]:
+    """Each of ``values`` summed over ranks (one collective with several ranks; every rank
+    passes as many values)."""
+    if world_size(module) < 2:
+        return list(values)
+    total = module.trainer.strategy.reduce(
+        torch.tensor(values, dtype=torch.float64, device=module.device), reduce_op="sum"
+    )
+    return [float(v) for v in total.cpu().tolist()]
+
+
 def any_rank(module, flag: bool) -> bool:
     """Whether ``flag`` holds on any rank (a collective with several ranks)."""
     return max_over_ranks(module, int(flag)) > 0

@@ -4,7 +4,9 @@ sharded weights in every forward (docs/DESIGN.md, "Scale")."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import copy
 from collections.abc import Iterator
 
 import torch
@@ -29,6 +31,17 @@ def deepspeed_engine(module: LightningModule):
 
     strategy = module.trainer.strategy
     return strategy.deepspeed_engine if isinstance(strategy, DeepSpeedStrategy) else None
+
+
+def deepspeed_forward_starts(engine) -> None:
+    """Tell DeepSpeed's ZeRO optimizer that a forward pass starts, as ``DeepSpeedEngine.forward``
+    does first (``clear_backward_seen_flag``). lit-rag runs the policy's own forward per
+    micro-batch, not the engine's; without this, ZeRO-3 never counts a micro-batch
+    (``micro_step_id`` stays 0) and each backward pass overwrites the gradient partitions the
+    previous ones wrote: an optimizer step learned from its last micro-batch only."""
+    clear = getattr(engine.optimizer, "clear_backward_seen_flag", None)
+    if clear is not None:
+        clear()
 
 
 @contextlib.contextmanager
@@ -108,3 +121,33 @@ def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
         if layers is not None and len(layers):
             overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
     return wrap(model, **overrides)
+
+
+def zero3_reference(reference: torch.nn.Module, strategy) -> torch.nn.Module:
+    """The frozen reference partitioned as the policy is under DeepSpeed ZeRO-3: its own engine
+    from the strategy's config without the optimizer (as TRL's ``prepare_deepspeed`` does for
+    its reference model), so each rank holds a shard and every forward gathers it (a collective,
+    like the policy's). Under any other strategy, or when already partitioned, ``reference`` as
+    it is."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    if not isinstance(strategy, DeepSpeedStrategy) or is_zero3(reference):
+        return reference
+    config = copy.deepcopy(strategy.config)
+    if config.get("zero_optimization", {}).get("stage") != 3:
+        return reference
+    import deepspeed
+
+    for key in ("optimizer", "scheduler"):
+        config.pop(key, None)
+    reference.to(strategy.root_device)
+    engine, *_ = deepspeed.initialize(
+        args=argparse.Namespace(device_rank=strategy.local_rank),
+        model=reference,
+        config=config,
+        dist_init_required=False,
+    )
+    engine.eval()
+    # the module itself: its forward hooks gather the partitions, as the policy's do; the
+    # engine stays reachable through them
+    return engine.module

@@ -20,9 +20,9 @@ from lit_rag.models import has_adapters
 from lit_rag.modules.logprobs import packed_logprobs
 from lit_rag.modules.optimizer import optimizer_step
 from lit_rag.modules.packing import Packed, pack, plan_micro_batches, split_rows
-from lit_rag.modules.ranks import max_over_ranks
+from lit_rag.modules.ranks import max_over_ranks, sum_over_ranks, world_size
 from lit_rag.modules.step_metrics import Clock, Mismatch
-from lit_rag.modules.strategies import deepspeed_engine, forward_gathers
+from lit_rag.modules.strategies import deepspeed_engine, deepspeed_forward_starts, forward_gathers
 
 
 @dataclass
@@ -68,13 +68,15 @@ class Update:
         return self.packed_logprobs(model, self.pack(batch, width))
 
     def reference_logprobs(self, batch: TrainBatch, width: int) -> torch.Tensor:
-        """Reference log-probs: adapters disabled under LoRA, else the frozen copy."""
+        """Reference log-probs: adapters disabled under LoRA, else the frozen copy, sharded as
+        the policy is under FSDP (``configure_model``) and ZeRO-3
+        (:func:`~lit_rag.modules.strategies.zero3_reference`)."""
         module = self.module
         if has_adapters(module.model):
             with module.model.disable_adapter():
                 return self.logprobs(module.model, batch, width)
         reference = module._reference[0]
-        if next(reference.parameters()).device != module.device:
+        if not forward_gathers(reference) and next(reference.parameters()).device != module.device:
             reference.to(module.device)
         return self.logprobs(reference, batch, width)
 
@@ -136,7 +138,35 @@ class Update:
         plan.steps = max_over_ranks(self.module, len(minis))
         if plan.steps:  # a rank without rows runs only idle passes and the shared steps
             plan.idle_forwards = max_over_ranks(self.module, len(slices)) - len(slices)
+            plan.minis = self._global_scales(plan)
         return plan
+
+    def _global_scales(self, plan: Plan) -> list:
+        """Each mini-batch's loss scale for a mean over the global batch.
+
+        The algorithm's scale makes mini-batch m's loss ``sum(terms) / count_m`` over this
+        rank's rows (``count_m = normalizer / scale``: its tokens, rows or pairs). Every rank's
+        gradient is then averaged over the W ranks (DDP's all-reduce, FSDP's reduce-scatter,
+        DeepSpeed), so a rank's loss must be ``W * sum(terms) / sum over ranks of count_m``.
+        Example (token mean, 2 ranks): 30 tokens here, 10 on the other rank: scale
+        2 * 30 / 40 = 1.5 on this rank's mean, so the average of the two ranks' losses is the
+        sum of all 40 tokens' terms / 40, not the mean of the two ranks' means.
+        """
+        world, normalizer = world_size(self.module), None
+        if plan.size:
+            normalizer = plan.batch.normalizer
+        # every rank takes part in the sum (a collective) when any rank declares a count
+        declared = max_over_ranks(self.module, int(normalizer is not None))
+        if world < 2 or not declared:
+            return plan.minis
+        counts = [0.0] * plan.steps  # [steps]: this rank's count of each mini-batch, 0 if none
+        for m, (_, scale) in enumerate(plan.minis):
+            counts[m] = normalizer / float(scale) if normalizer is not None else 0.0
+        totals = sum_over_ranks(self.module, counts)
+        return [
+            (rows, world * normalizer / total if count else scale)
+            for (rows, scale), count, total in zip(plan.minis, counts, totals, strict=False)
+        ]
 
     # ---- the update --------------------------------------------------------------------------
     def __call__(self, prepared: Prepared) -> dict[str, torch.Tensor]:
@@ -169,26 +199,28 @@ class Update:
         the batch, pi_old's: the policy that sampled, before any update (every optimizer step
         after the first would otherwise take the updated policy as pi_old). A rank without rows
         runs only the idle forwards."""
-        algorithm, batch, width = self.module.algorithm, plan.batch, plan.width
+        algorithm, batch = self.module.algorithm, plan.batch
         if algorithm.needs_reference:
-            ref = self._per_row(plan, lambda micro: self.reference_logprobs(micro, width))
+            ref = self._per_row(plan, self.reference_logprobs)
             if plan.size:
                 batch.ref_logprobs = ref
         if algorithm.mu * algorithm.steps_per_pass > 1:
             model = self.module.model
-            old = self._per_row(plan, lambda micro: self.logprobs(model, micro, width))
+            old = self._per_row(plan, lambda micro, width: self.logprobs(model, micro, width))
             if plan.size:
                 batch.old_logprobs = old
 
     def _per_row(self, plan: Plan, fn) -> torch.Tensor:
-        """``fn`` over the micro-batches, ``[N, width]`` in batch order; sharded forwards are
-        collectives, so a rank with fewer micro-batches runs idle ones."""
+        """``fn(micro, width)`` over the micro-batches, ``[N, width]`` in batch order. Sharded
+        forwards are collectives, so a rank with fewer micro-batches runs idle ones, through
+        the same ``fn``: the reference's gathers pair with the reference's on the other ranks,
+        the policy's with the policy's."""
         out = torch.zeros(plan.size, plan.width)
         for s in plan.slices:
-            out[s] = fn(plan.batch.rows(s)).float().cpu()
+            out[s] = fn(plan.batch.rows(s), plan.width).float().cpu()
         if forward_gathers(self.module.model):
             for _ in range(plan.idle_forwards):
-                self.logprobs(self.module.model, self._idle_batch(), 1)
+                fn(self._idle_batch(), 1)
         return out
 
     def _accumulate(
@@ -203,6 +235,7 @@ class Update:
             # DeepSpeed reduces gradients at its boundary: the last micro-batch
             if engine is not None:
                 engine.set_gradient_accumulation_boundary(index == passes - 1)
+                deepspeed_forward_starts(engine)
             if index >= len(own):
                 with clock("time/backward_s"):
                     module.manual_backward(self._idle_loss())
@@ -219,8 +252,8 @@ class Update:
             micro.logprobs = self.packed_logprobs(module.model, packed)
         if plan.batch.old_logprobs is None:
             micro.old_logprobs = micro.logprobs.detach()
-        fresh = [i for i, r in enumerate(rows.tolist()) if r not in tally.seen]
-        if epoch == 0 and fresh:  # trainer vs engine, same weights
+        fresh = [i for i in micro.on_policy_rows() if int(rows[i]) not in tally.seen]
+        if epoch == 0 and fresh:  # trainer vs engine, same weights (not a stale sample's)
             tally.seen.update(rows[fresh].tolist())
             tally.mismatch.add(
                 micro.old_logprobs[fresh],

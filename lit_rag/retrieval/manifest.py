@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lit_rag import __version__
-from lit_rag.errors import InputError
+from lit_rag.errors import InputError, first_non_utf8
 
 if TYPE_CHECKING:  # lit_rag.types imports torch; the manifest alone does not need it
     from lit_rag.types import Passage
@@ -292,9 +292,12 @@ def parse_json(raw: bytes, path: Path, line: int | None, what: str) -> object:
     an :class:`IndexCorruptError` naming ``file[:line]`` and ``what`` was damaged."""
     try:
         return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        where = path if line is None else f"{path}:{line}"
-        raise IndexCorruptError(f"{where}: not UTF-8 text (byte {err.start}); {REBUILD}") from None
+    except UnicodeDecodeError:
+        found = first_non_utf8(raw.split(b"\n"))
+        assert found is not None  # the bytes did not decode
+        number, what = found
+        where = f"{path}:{number if line is None else line}"
+        raise IndexCorruptError(f"{where}: not UTF-8 text ({what}); {REBUILD}") from None
     except json.JSONDecodeError as err:
         raise IndexCorruptError(
             f"{path}:{err.lineno if line is None else line}: invalid JSON ({err.msg}); {what} is "

@@ -13,8 +13,14 @@ worker that dies and never counts a job twice.
 Placement. The workers are split evenly over the training ranks (``workers`` must be a multiple
 of them); each rank starts and feeds its own. On CPU with one training process the workers take
 ``cores_per_worker`` cores each from the end of the process's CPU set and the trainer keeps the
-rest. On GPUs a rank's workers take the GPUs after the node's training ranks: local rank r's
-j-th worker gets GPU ``local_world_size + r * per_rank + j``.
+rest. On GPUs (the strategy's root device, not a parameter's: FSDP's ``cpu_offload`` keeps those
+on the CPU) a rank's workers take the GPUs after the node's training ranks: local rank r's j-th
+worker gets the ``local_world_size + r * per_rank + j``-th GPU this process sees, an index into
+its own ``CUDA_VISIBLE_DEVICES`` when that is set (:func:`worker_gpus`).
+
+Faults. A worker that dies, or that finishes no job within ``job_timeout_s`` (a stalled engine, a
+retriever without a timeout), is ended (terminated, killed after a grace period, joined) and
+started again with its unfinished jobs, up to ``max_restarts`` in a run.
 """
 
 from __future__ import annotations
@@ -50,20 +56,23 @@ class RolloutSettings:
             training process (colocated). A multiple of the training ranks.
         max_staleness: Most policy versions a trained sample may lag the trainer's (0: every
             sample comes from the current weights; 1: one-step-off).
-        prefetch: Batches the workers may start ahead of the trainer; default ``max_staleness``.
-            More than that keeps the workers busier and makes samples older than the bound,
-            which ``stale`` then handles.
+        prefetch: Batches the workers may start ahead of the trainer; default ``max_staleness``,
+            at most that (a batch sent further ahead is always too old when it is trained).
         stale: ``regenerate`` (a group with a sample older than the bound is sampled again from
             the current weights) or ``drop`` (the step trains on the other groups; a step left
             with none regenerates).
         on_fault: ``restart`` a worker that dies (its unfinished jobs run again on the new one)
             or ``stop`` the run with a checkpoint of the last update.
-        max_restarts: Restarts allowed over the run before a death stops it.
+        max_restarts: Restarts allowed in a run (a resumed run gets the whole budget again)
+            before a fault stops it.
         cores_per_worker: CPU cores each worker takes (CPU, one training process).
         bucket_mib: Largest piece of a weight push.
         backend: The weight link's transport: ``auto`` (``nccl`` on GPUs, else ``gloo``),
             ``gloo`` or ``nccl``.
         timeout_s: How long a worker may take to start, or a push to arrive.
+        job_timeout_s: How long a worker may work on its jobs without finishing one; past it the
+            worker is stuck (a stalled engine, a retriever without a timeout) and is ended and
+            restarted as a dead one is. ``null``: no deadline.
     """
 
     workers: int = 0
@@ -76,6 +85,7 @@ class RolloutSettings:
     bucket_mib: float = 512.0
     backend: str = "auto"
     timeout_s: float = 900.0
+    job_timeout_s: float | None = 3600.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -83,6 +93,13 @@ class RolloutSettings:
             problems.append("workers, max_staleness and max_restarts must be >= 0")
         if self.prefetch is not None and self.prefetch < 0:
             problems.append(f"prefetch must be >= 0 or null, got {self.prefetch}")
+        elif self.prefetch is not None and self.prefetch > self.max_staleness >= 0:
+            # a batch sent further ahead than the bound is always too old when it is trained
+            problems.append(
+                f"prefetch {self.prefetch} is above max_staleness {self.max_staleness}: every "
+                f"batch sent that far ahead would be regenerated; allowed: prefetch 0 to "
+                f"{self.max_staleness} or null"
+            )
         if self.stale not in STALE:
             problems.append(f"stale '{self.stale}' is not known; allowed: {', '.join(STALE)}")
         if self.on_fault not in ON_FAULT:
@@ -93,6 +110,8 @@ class RolloutSettings:
             problems.append(f"backend '{self.backend}' is not known; allowed: auto, gloo, nccl")
         if self.cores_per_worker < 1 or self.bucket_mib <= 0:
             problems.append("cores_per_worker must be >= 1 and bucket_mib > 0")
+        if self.job_timeout_s is not None and self.job_timeout_s <= 0:
+            problems.append(f"job_timeout_s must be > 0 or null, got {self.job_timeout_s}")
         if problems:
             raise InputError(f"model rollout: {'; '.join(problems)}")
 
@@ -115,6 +134,7 @@ class _Slot:
     inbox: object = None
     link: WeightLink | None = None
     jobs: list[int] = field(default_factory=list)  # job ids sent and not answered
+    busy_since: float | None = None  # when it last had no job, or last finished one
     port: int = 0  # the link's store
     dtype: torch.dtype = torch.float32
 
@@ -139,7 +159,8 @@ class RolloutWorkers:
     def __init__(self, settings: RolloutSettings, payload: bytes) -> None:
         self.settings, self.payload = settings, payload
         self.version = 0  # policy versions pushed: optimizer steps that moved the weights
-        self.restarts = 0
+        self.restarts = 0  # in this run: what max_restarts bounds
+        self.earlier_restarts = 0  # in the runs this one resumed (a checkpoint's count)
         self.slots: list[_Slot] = []
         self._model = None
         self._started = False
@@ -150,7 +171,9 @@ class RolloutWorkers:
         self._next_job = 0
         self._spec: dict = {}
         self._errors: dict[int, str] = {}  # worker index -> the line its death left
+        self._ready: dict[int, str] = {}  # worker index -> its dtype, said before it was awaited
         self._sharded = False  # FSDP / ZeRO-3: pushes gather on every rank together
+        self._device = torch.device("cpu")  # the training process's (buckets are sent from it)
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(
@@ -160,10 +183,12 @@ class RolloutWorkers:
         model_path: str,
         placement: Placement,
         seed: int = 0,
+        device: torch.device | str = "cpu",
     ) -> None:
         """Start this rank's workers and push ``model``'s weights to them (a collective with a
         sharded policy: every rank calls it). ``seed``: the engine's (each worker adds its
-        index to it, each job its id)."""
+        index to it, each job its id). ``device``: the training process's own (the strategy's
+        root device), which says whether the workers take GPUs."""
         import torch.multiprocessing as mp
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -174,7 +199,8 @@ class RolloutWorkers:
                 f"training processes ({world}); allowed: {world}, {2 * world}, {3 * world}, ..."
             )
         per_rank = self.settings.workers // world
-        cuda = next(model.parameters()).device.type == "cuda"
+        self._device = torch.device(device)
+        cuda = self._device.type == "cuda"
         backend = self.settings.backend
         if backend == "auto":
             backend = "nccl" if cuda else "gloo"
@@ -185,16 +211,17 @@ class RolloutWorkers:
         self._context = mp.get_context("spawn")
         self._outbox = self._context.Queue()
         cores = _split_cores(per_rank, self.settings.cores_per_worker, placement, cuda)
-        first_gpu = placement.local_world_size + placement.local_rank * per_rank
+        gpus = worker_gpus(placement, per_rank, _visible_gpus()) if cuda else []
         self._spec = {
             "model_path": model_path,
             "backend": backend,
             "cores": cores,
-            "gpus": [first_gpu + j for j in range(per_rank)] if cuda else [],
+            "gpus": gpus,
             "seed": seed + placement.rank * per_rank,
             "tokenizer": tokenizer,
         }
         self.slots = [_Slot(j) for j in range(per_rank)]
+        self._ready.clear()
         try:
             for slot in self.slots:
                 self._spawn(slot)
@@ -218,9 +245,7 @@ class RolloutWorkers:
         for slot in self.slots:
             if slot.process is not None:
                 slot.process.join(timeout=10)
-                if slot.process.is_alive():
-                    slot.process.kill()
-                    slot.process.join(timeout=5)
+                end_process(slot.process)
         self.slots, self._started = [], False
 
     def _spawn(self, slot: _Slot) -> None:
@@ -241,7 +266,9 @@ class RolloutWorkers:
             seed=spec["seed"] + slot.index,
         )
         slot.inbox = self._context.Queue()
-        environ = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {}
+        slot.busy_since = None
+        self._ready.pop(slot.index, None)
+        environ = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
         with mock.patch.dict(os.environ, environ):  # the child inherits them
             slot.process = self._context.Process(
                 target=main, args=(worker, slot.inbox, self._outbox), name=f"rollout-{slot.index}"
@@ -250,11 +277,14 @@ class RolloutWorkers:
         slot.port = port
 
     def _await_ready(self, slot: _Slot) -> None:
+        """Wait for ``slot``'s worker to say it is ready; another worker's "ready" read
+        meanwhile is kept for its own turn."""
         deadline = time.monotonic() + self.settings.timeout_s
         while time.monotonic() < deadline:
-            message = self._receive(0.5)
-            if message is not None and message[0] == "ready" and message[1] == slot.index:
-                slot.dtype = getattr(torch, message[2])
+            if slot.index not in self._ready:
+                self._receive(0.5)
+            if slot.index in self._ready:
+                slot.dtype = getattr(torch, self._ready.pop(slot.index))
                 # the trainer's side of the link, once the worker is up (it connects next)
                 slot.link = WeightLink(
                     slot.port, is_trainer=True, backend=self._spec["backend"],
@@ -283,7 +313,7 @@ class RolloutWorkers:
         for slot in slots:
             slot.inbox.put(("weights", self.version))
         dtype = slots[0].dtype if slots else torch.float32
-        device = next(self._model.parameters()).device
+        device = self._device  # NCCL sends from the training process's GPU
         broken: set[int] = set()
         for entries, bucket in buckets(
             checkpoint_weights(self._model), dtype, self.settings.bucket_mib, device
@@ -332,6 +362,7 @@ class RolloutWorkers:
             message = self._receive(0.5)
             if message is None:
                 self._check_alive()
+                self._check_stuck()
         trajectories, seconds, offset = [], 0.0, 0
         for i in ids:
             done = self._results.pop(i)
@@ -353,6 +384,8 @@ class RolloutWorkers:
 
     def _send(self, slot: _Slot, job: Job) -> None:
         self._jobs[job.id] = (slot.index, job)
+        if not slot.jobs:  # idle until now: its deadline starts with this job
+            slot.busy_since = time.monotonic()
         slot.jobs.append(job.id)
         slot.inbox.put(("job", job))
 
@@ -366,11 +399,15 @@ class RolloutWorkers:
             done: Done = pickle.loads(message[2])
             slot_index, job = self._jobs.pop(done.job, (None, None))
             if slot_index is not None:
-                self.slots[slot_index].jobs.remove(done.job)
+                slot = self.slots[slot_index]
+                slot.jobs.remove(done.job)
+                slot.busy_since = time.monotonic()  # it finished one: the next one's deadline
             if job is not None:  # not forgotten, and not answered before (by a dead worker)
                 self._results[done.job] = done
         elif message[0] == "error":
             self._errors[message[1]] = message[2]
+        elif message[0] == "ready":  # kept for _await_ready, whichever slot it waits for
+            self._ready[message[1]] = message[2]
         return message
 
     def _check_alive(self) -> None:
@@ -378,18 +415,32 @@ class RolloutWorkers:
             if not slot.process.is_alive():
                 self._fault(slot)
 
+    def _check_stuck(self) -> None:
+        """A live worker with jobs that finished none within ``job_timeout_s`` is stuck."""
+        limit = self.settings.job_timeout_s
+        if limit is None:
+            return
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.jobs and slot.busy_since is not None and now - slot.busy_since > limit:
+                self._fault(slot, f"no job finished in job_timeout_s={limit:g} s")
+
     def _last_error(self, slot: _Slot) -> str:
         code = slot.process.exitcode if slot.process is not None else None
         error = self._errors.get(slot.index)
         return error or f"exit code {code}"
 
     # ---- faults --------------------------------------------------------------------------
-    def _fault(self, slot: _Slot) -> None:
-        """A worker died: one line; restart it and resend its unfinished jobs, or stop."""
+    def _fault(self, slot: _Slot, stuck: str | None = None) -> None:
+        """A worker died (or is ``stuck``: why): one line; end it, restart it and resend its
+        unfinished jobs, or stop."""
         while self._receive(0.05) is not None:  # results it sent before dying count once
             pass
-        reason = self._last_error(slot)
-        if slot.index in self._errors:  # an exception in the worker's code: it would recur
+        if stuck is not None and not slot.jobs:  # it answered meanwhile
+            return
+        reason = stuck or self._last_error(slot)
+        # an exception in the worker's own code: it would recur
+        if stuck is None and slot.index in self._errors:
             raise WorkerFault(
                 f"rollout worker {slot.index} failed at policy version {self.version}: {reason}"
             )
@@ -400,15 +451,17 @@ class RolloutWorkers:
                 f"rollout worker {slot.index} died ({reason}) at policy version {self.version}; "
                 "a sharded policy (FSDP, ZeRO-3) cannot restart one rank's worker"
             )
+        what = "is stuck" if stuck is not None else "died"
         if settings.on_fault == "stop" or self.restarts >= settings.max_restarts:
+            end_process(slot.process)
             used_up = "" if settings.on_fault == "stop" else f"; {self.restarts} restarts used up"
             raise WorkerFault(
-                f"rollout worker {slot.index} died ({reason}) at policy version "
+                f"rollout worker {slot.index} {what} ({reason}) at policy version "
                 f"{self.version}{used_up}"
             )
         self.restarts += 1
         print(
-            f"lit-rag: rollout worker {slot.index} died ({reason}) at policy version "
+            f"lit-rag: rollout worker {slot.index} {what} ({reason}) at policy version "
             f"{self.version}; restarting it ({self.restarts}/{self.settings.max_restarts}), "
             f"{len(unfinished)} unfinished job(s) sent again",
             file=sys.stderr,
@@ -417,6 +470,7 @@ class RolloutWorkers:
         self._errors.pop(slot.index, None)
         jobs = [self._jobs.pop(i)[1] for i in unfinished]
         slot.jobs = []
+        end_process(slot.process)  # an orphan would keep its memory (and its GPU)
         self._spawn(slot)
         self._await_ready(slot)
         if self._send_weights([slot]):
@@ -425,12 +479,23 @@ class RolloutWorkers:
             self._send(slot, job)
 
     # ---- checkpoint ----------------------------------------------------------------------
+    @property
+    def total_restarts(self) -> int:
+        """Restarts over this run and the runs it resumed (``rollout/worker_restarts``)."""
+        return self.earlier_restarts + self.restarts
+
     def state_dict(self) -> dict:
-        return {"version": self.version, "restarts": self.restarts, "next_job": self._next_job}
+        return {
+            "version": self.version,
+            "restarts": self.total_restarts,
+            "next_job": self._next_job,
+        }
 
     def load_state_dict(self, state: dict) -> None:
+        """A checkpoint's state; its restarts are counted for the log, not against this run's
+        ``max_restarts``."""
         self.version = int(state.get("version", 0))
-        self.restarts = int(state.get("restarts", 0))
+        self.earlier_restarts, self.restarts = int(state.get("restarts", 0)), 0
         self._next_job = int(state.get("next_job", 0))
 
 
@@ -443,6 +508,49 @@ def _split(examples: list[Example], parts: int) -> list[list[Example]]:
         out.append(examples[start:end])
         start = end
     return out
+
+
+def worker_gpus(placement: Placement, per_rank: int, visible: list[str]) -> list[str]:
+    """The GPU each of a training process's workers gets, as its ``CUDA_VISIBLE_DEVICES``: local
+    rank r's j-th worker takes the ``local_world_size + r * per_rank + j``-th GPU of ``visible``
+    (the GPUs this process sees: its own ``CUDA_VISIBLE_DEVICES``, else all of them).
+
+    Example:
+        >>> worker_gpus(Placement(1, 2, 1, 2), 1, ["4", "5", "6", "7"])
+        ['7']
+    """
+    first = placement.local_world_size + placement.local_rank * per_rank
+    wanted = list(range(first, first + per_rank))
+    if wanted and wanted[-1] >= len(visible):
+        local = placement.local_world_size
+        most = max(0, (len(visible) - local) // local) * placement.world_size
+        raise InputError(
+            f"model rollout workers: {local} training process(es) with {per_rank} worker(s) "
+            f"each need {local * (1 + per_rank)} GPUs on a node, {len(visible)} visible "
+            f"({','.join(visible) or 'none'}); allowed: model.rollout.workers <= {most}"
+        )
+    return [visible[i] for i in wanted]
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process sees, as ``CUDA_VISIBLE_DEVICES`` names them to a child."""
+    names = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if names is not None:
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def end_process(process, grace_s: float = 5.0) -> None:
+    """End ``process`` for good: terminate, kill after ``grace_s``, and join (its pid is gone
+    once this returns)."""
+    if process is None:
+        return
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=grace_s)
+    if process.is_alive():
+        process.kill()
+    process.join(timeout=grace_s)
 
 
 def _split_cores(

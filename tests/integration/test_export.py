@@ -229,4 +229,5 @@ def test_export_errors_are_one_line(tmp_path, base, capsys):
     message = one_line_error(
         ["export", str(ckpt), "--config", str(lora_recipe), "--out", str(tmp_path / "d")], capsys
     )
-    assert "weights the recipe's model has not" in message or "lacks" in message
+    assert f"checkpoint {ckpt} was trained on {base} (full fine-tuning, no LoRA); " in message
+    assert f"the recipe builds {base} (LoRA r=4 alpha=8 on all-linear)" in message

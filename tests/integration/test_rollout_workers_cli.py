@@ -6,7 +6,7 @@ them one per process).
 - max_staleness 0 gives the colocated engine's samples and weights for the same seed (both
   runs on one thread per process, so the kernels add up in the same order);
 - max_staleness 1 trains on samples exactly one version old, on a multi-turn environment too;
-  prefetch beyond the bound finds stale groups and regenerates them, counted;
+- two workers of one training process start and share a batch unevenly;
 - a worker killed mid-run is reported in one line and restarted, and every step still trains
   on each of its samples exactly once; ``on_fault: stop`` saves a checkpoint and stops;
 - a resumed run restarts the workers at the checkpoint's policy version.
@@ -124,16 +124,17 @@ def test_one_step_off_multi_turn_trains_one_version_old(folder, tmp_path) -> Non
     assert float(rows[-1]["rollout/turns"]) >= 1
 
 
-def test_prefetch_past_the_bound_regenerates_stale_groups(folder, tmp_path) -> None:
-    _fit(
-        folder, tmp_path, "--trainer.max_steps=4", "--model.rollout.workers=1",
-        "--model.rollout.max_staleness=0", "--model.rollout.prefetch=2",
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 3, reason="2 workers x 1 core must leave the trainer a core"
+)
+def test_two_workers_of_one_process_share_a_batch_unevenly(folder, tmp_path) -> None:
+    """3 prompts a step over 2 workers: 2 and 1; 2 samples each, 6 trained a step."""
+    done = _fit(
+        folder, tmp_path, "--trainer.max_steps=2", "--model.rollout.workers=2",
+        "--data.batch_size=3",
     )  # fmt: skip
-    rows = _steps(tmp_path)
-    assert all(float(r["rollout/staleness_max"]) == 0 for r in rows)  # trained: all fresh
-    regenerated = [float(r["rollout/stale_regenerated"]) for r in rows]
-    assert regenerated[0] == 0 and sum(regenerated[1:]) >= 2, regenerated
-    assert [len(v) for v in _samples(tmp_path).values()] == [4, 4, 4, 4]
+    assert "engine vllm in 2 rollout workers (max_staleness 0)" in done.stdout
+    assert [len(v) for v in _samples(tmp_path).values()] == [6, 6]
 
 
 def _children(pid: int) -> list[int]:
@@ -248,6 +249,11 @@ def test_a_worker_that_cannot_start_is_one_line(folder, tmp_path) -> None:
     [
         (["--model.engine=hf"], "the engine 'HFEngine' does not; allowed: vllm"),
         (["--model.rollout.stale=keep"], "stale 'keep' is not known; allowed: regenerate, drop"),
+        (
+            ["--model.rollout.prefetch=2"],
+            "prefetch 2 is above max_staleness 0: every batch sent that far ahead would be "
+            "regenerated; allowed: prefetch 0 to 0 or null",
+        ),
     ],
 )
 def test_recipes_rollout_workers_cannot_run_are_one_line(folder, tmp_path, extra, words) -> None:

@@ -32,7 +32,7 @@ from lit_rag.checkpointing import (
     tensor_bytes,
     use_atomic_checkpoints,
 )
-from lit_rag.errors import DiskFullError, InputError
+from lit_rag.errors import DiskFullError, InputError, NotWritableError
 
 CHECKPOINT = {
     "state_dict": {"w": torch.arange(256.0)},
@@ -243,6 +243,88 @@ def test_fit_on_a_full_disk_exits_2_with_one_line(tmp_path, monkeypatch, capsys)
     assert line.startswith(f"lit-rag: error: disk full while writing checkpoint {new}: "), err
     assert f"; no earlier checkpoint in {new.parent}; " in line, err
     assert list(new.parent.iterdir()) == []  # no partial file, no staging file
+
+
+def _refuse_writes(monkeypatch, how: str) -> None:
+    """Make the next save fail as a folder that refuses writes does (root ignores ``chmod``, so
+    the refusal is simulated): ``read_only``: every unlink and create raises ``EROFS``, as on a
+    file system mounted read-only (even the unlink of a missing staging name); ``no_permission``:
+    creating the staging file raises ``EACCES``."""
+    import builtins
+
+    def refuse(code: int):
+        def call(*args, **kwargs):
+            raise OSError(code, os.strerror(code), str(args[0]))
+
+        return call
+
+    if how == "read_only":
+        monkeypatch.setattr(os, "unlink", refuse(errno.EROFS))
+    else:
+        real_open = builtins.open
+
+        def open_(file, mode="r", *args, **kwargs):
+            if "x" in mode:
+                raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+            return real_open(file, mode, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", open_)
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("read_only", "is on a read-only file system (EROFS)"),
+        ("no_permission", "is not writable by this user (no permission) (EACCES)"),
+    ],
+)
+def test_a_folder_refusing_writes_is_one_line_with_the_intact_checkpoint(
+    tmp_path, monkeypatch, how, why
+):
+    earlier = tmp_path / "epoch=0-step=2.ckpt"
+    atomic_save(CHECKPOINT, earlier)
+    before = earlier.read_bytes()
+    _refuse_writes(monkeypatch, how)
+    path = tmp_path / "epoch=0-step=4.ckpt"
+    with pytest.raises(NotWritableError) as caught:
+        AtomicCheckpointIO().save_checkpoint(CHECKPOINT, path)
+    assert str(caught.value) == (
+        f"cannot write checkpoint {path}: {tmp_path} {why}; the earlier checkpoint {earlier} is "
+        "intact; make the folder writable or point checkpoints elsewhere (ModelCheckpoint's "
+        "dirpath; by default the logger's save_dir, else trainer.default_root_dir)"
+    )
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [earlier.name]  # no staging file
+    assert earlier.read_bytes() == before
+
+
+def test_fit_into_a_read_only_folder_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    """The in-process twin of ``tests/integration/test_checkpoint_read_only.py`` (a real
+    read-only mount, which needs root)."""
+    from lit_rag.cli import main
+
+    _refuse_writes(monkeypatch, "read_only")
+    with pytest.raises(SystemExit) as caught:
+        main(
+            [
+                "fit",
+                "--config",
+                str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"),
+                "--trainer.logger=false",
+                "--trainer.enable_checkpointing=true",
+                f"--trainer.default_root_dir={tmp_path}",
+                "--trainer.max_steps=1",
+            ]
+        )
+    err = capsys.readouterr().err
+    assert caught.value.code == 2, err
+    assert "Traceback" not in err, err
+    [line] = [line for line in err.splitlines() if line.startswith("lit-rag: error:")]
+    new = tmp_path / "checkpoints" / "epoch=0-step=1.ckpt"
+    assert line.startswith(
+        f"lit-rag: error: cannot write checkpoint {new}: {new.parent} is on a read-only file "
+        f"system (EROFS); no earlier checkpoint in {new.parent}; "
+    ), err
 
 
 def test_full_disk_names_the_newest_whole_checkpoint_or_none(tmp_path):

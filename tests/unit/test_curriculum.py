@@ -89,6 +89,31 @@ def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
     assert cur.stage == "refinement" and module.w.tolist() == [1.0, 2.0]
 
 
+class FakeWorkers:
+    """Stands in for the module's rollout workers: records the weights it is asked to push."""
+
+    def __init__(self, module) -> None:
+        self.module, self.pushed = module, []
+
+    def resync(self) -> None:
+        self.pushed.append(self.module.w.tolist())
+
+
+def test_a_reload_reaches_the_rollout_workers_too(tmp_path):
+    module = Module()
+    module.workers = FakeWorkers(module)
+    module.engine = SimpleNamespace(sync_weights=lambda: pytest.fail("the workers sample"))
+    path = tmp_path / "best.ckpt"
+    torch.save({"state_dict": {"w": torch.tensor([1.0, 2.0])}}, path)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path)
+    checkpoint.best_model_path = str(path)
+    cur = CurriculumCallback(switch_after_epochs=1, reload_best=True)
+    tr = trainer(checkpoint, cur)
+    cur.setup(tr, module, "fit")
+    cur.on_train_epoch_end(tr, module)
+    assert module.workers.pushed == [[1.0, 2.0]]  # the reloaded weights, pushed once
+
+
 def test_reload_prefers_the_monitored_checkpoint_over_a_latest_one(tmp_path):
     """The EVO-RAG recipes keep two ModelCheckpoints: one monitoring val/em (the best) and one
     unmonitored that writes last.ckpt every epoch; its best_model_path is only its latest."""

@@ -218,3 +218,49 @@ def test_encoder_pkg_path_resolves_without_loading():
 
     path = resolve_path(DenseRetriever().encoder_path)
     assert isinstance(path, Path) and path.name == "model" and (path / "modules.json").is_file()
+
+
+def test_a_saved_index_is_memory_mapped_on_its_first_search(tiny_encoder, tmp_path, monkeypatch):
+    import faiss
+
+    flags = []
+    read = faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path, f=0: flags.append(f) or read(path, f))
+    expected = {
+        "flat": faiss.IO_FLAG_MMAP_IFC,  # the stored vectors
+        "hnsw": faiss.IO_FLAG_MMAP_IFC,  # the graph's stored vectors
+        "ivf": faiss.IO_FLAG_MMAP,  # the inverted lists
+    }
+    for faiss_index, flag in expected.items():
+        built(tiny_encoder, faiss_index=faiss_index, nlist=2).save(tmp_path / faiss_index)
+        lazy = DenseRetriever(index=str(tmp_path / faiss_index), encoder=tiny_encoder)
+        assert flags == [] and lazy.manifest is None  # nothing read before a search
+        assert lazy.search(["paris music"], 1)[0][0].passage.id == "p0"
+        assert flags == [flag], faiss_index
+        flags.clear()
+
+
+def test_mapping_a_flat_index_does_not_read_it_into_memory(tmp_path):
+    """80,000 vectors of 64 floats: a 20 MiB file (80000 * 64 * 4 = 20,480,000 bytes). Read in,
+    the process's resident memory grows by about that; mapped, by almost nothing until a search
+    touches the pages."""
+    import os
+
+    import faiss
+    import numpy as np
+
+    from lit_rag.plugins.retrievers.dense import _mmap_flags, _read_faiss
+
+    index = faiss.IndexFlatIP(64)
+    index.add(np.random.default_rng(0).random((80_000, 64), dtype=np.float32))
+    faiss.write_index(index, str(tmp_path / "index.faiss"))
+    del index
+    size = os.path.getsize(tmp_path / "index.faiss")
+
+    def resident() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = resident()
+    mapped = _read_faiss(tmp_path / "index.faiss", flags=_mmap_flags("flat"))
+    assert mapped.ntotal == 80_000 and resident() - before < size / 10

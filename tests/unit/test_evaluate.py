@@ -245,3 +245,52 @@ def test_bad_input_is_one_line(capsys, args, message, suite_dir):
     err = capsys.readouterr().err
     assert err.startswith("lit-rag: error: evaluate: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _record(**changes) -> dict:
+    """A saved search-r1 record as ``lit-rag evaluate`` writes it (the fields the table reads),
+    with ``changes`` applied: ``{"model": ...}`` replaces a field, None removes it."""
+    record = {
+        "suite": "search-r1",
+        "model": {"label": "untrained", "base": {"path": "m.gguf"}, "parameters": 135},
+        "metrics": {"nq": {"EM": 0.5}, "bamboogle": {"EM": 0.25}},
+        "questions": {"nq": 2, "bamboogle": 4},
+        "absent": {},
+        "protocol": {"recipe": {"path": "r.yaml"}, "datasets": {"nq": {"limit": None}}},
+    }
+    record.update(changes)
+    return {k: v for k, v in record.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"metrics": {"nq": {"EM": "0.5"}}},
+            "': field 'metrics.nq.EM' is \"0.5\" (a string); a metric is a number\n",
+        ),
+        (
+            {"model": {"base": {"path": "m.gguf"}}},
+            "' lacks field 'model.label' (a model's label is its name: untrained, a .ckpt file "
+            "or a model folder)\n",
+        ),
+        ({"metrics": {"nq": [0.5]}}, "field 'metrics.nq' is [0.5] (a list)"),
+        ({"model": {"label": 7}}, "field 'model.label' is 7 (a number)"),
+        ({"questions": {"nq": "two"}}, "field 'questions.nq' is \"two\" (a string)"),
+        ({"protocol": {"recipe": "r.yaml"}}, "field 'protocol.recipe' is \"r.yaml\" (a string)"),
+    ],
+    ids=["text_metric", "no_label", "metrics_list", "label_number", "questions", "protocol"],
+)
+def test_a_malformed_record_is_one_line_naming_file_and_field(
+    capsys, tmp_path, changes, message
+) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_record()))
+    bad.write_text(json.dumps(_record(**changes)))
+    assert "untrained (m.gguf)" in _evaluate(capsys, "--records", str(good))
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["evaluate", "--records", str(good), str(bad)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    assert err.startswith(f"lit-rag: error: evaluate: record '{bad}'") and message in err, err
+    assert len(err.splitlines()) == 1, err

@@ -128,7 +128,7 @@ def test_truncated_or_damaged_manifest(idx):
     with pytest.raises(IndexCorruptError, match=r"manifest.json:\d+: invalid JSON .* truncated"):
         BM25Retriever.load(idx)
     (idx / "manifest.json").write_bytes(b'{"retriever": "bm\xff25"}')
-    with pytest.raises(IndexCorruptError, match="manifest.json: not UTF-8 text"):
+    with pytest.raises(IndexCorruptError, match="manifest.json:1: not UTF-8 text"):
         Manifest.read(idx)
     Manifest("bm25", None, "f" * 64, 6).write(idx)
     data = json.loads((idx / "manifest.json").read_text())

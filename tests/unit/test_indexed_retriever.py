@@ -203,7 +203,10 @@ def test_what_the_files_hold_is_checked_by_load_state(index: Path):
     )
     assert lazy.manifest is None  # not marked loaded: the next search tries again
     (index / POSTINGS).write_bytes(b"\x80\x04\x95pickle")  # a pickle is data too: refused
-    with pytest.raises(IndexCorruptError, match=r"postings.json: not UTF-8 text \(byte 0\)"):
+    with pytest.raises(
+        IndexCorruptError,
+        match=r"postings.json:1: not UTF-8 text \(invalid start byte: b'\\x80' at byte 1 of",
+    ):
         lazy.search(["red"], 1)
     (index / POSTINGS).write_text(json.dumps({"postings": ["red"]}))
     with pytest.raises(IndexCorruptError, match=r'expected a JSON object \{"postings": dict\}'):

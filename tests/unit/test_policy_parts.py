@@ -81,3 +81,44 @@ def test_a_global_validation_batch_splits_over_the_processes():
         per_process(3, global_val_batch_size=256)
     with pytest.raises(ValueError, match="data.val_batch_size .* are both set"):
         QADataModule(val_batch_size=8, global_val_batch_size=16)
+
+
+class _OtherRank:
+    """A strategy whose ``reduce`` adds the values of a second rank (fixed by the test)."""
+
+    def __init__(self, other_max: float, other_sums: list[float]):
+        self.other_max, self.other_sums = other_max, other_sums
+
+    def reduce(self, tensor, reduce_op):
+        if reduce_op == "max":
+            return torch.maximum(tensor, torch.tensor(self.other_max, dtype=tensor.dtype))
+        assert reduce_op == "sum"
+        return tensor + torch.tensor(self.other_sums, dtype=tensor.dtype)
+
+
+def _two_ranks(other_max: float, other_sums: list[float]) -> SimpleNamespace:
+    trainer = SimpleNamespace(world_size=2, strategy=_OtherRank(other_max, other_sums))
+    return SimpleNamespace(_trainer=trainer, trainer=trainer, device=torch.device("cpu"))
+
+
+def test_each_mini_batch_is_a_mean_over_its_tokens_on_every_rank():
+    """This rank: 30 tokens in two mini-batches of 20 and 10 (scales 30/20 and 30/10); the other
+    rank: 6 tokens in one. Global counts 20 + 6 = 26 and 10 + 0 = 10, so the scales of this
+    rank's batch-normalized loss become 2 x 30 / 26 and 2 x 30 / 10 (DDP then halves the sum of
+    the two ranks' gradients)."""
+    from lit_rag.modules.update import Plan, Update
+
+    batch = SimpleNamespace(normalizer=30.0)
+    minis = [(torch.arange(2), 1.5), (torch.arange(2, 3), 3.0)]
+    plan = Plan(batch, 3, 4, minis, [], [], steps=2)
+    scales = Update(_two_ranks(1.0, [6.0, 0.0]))._global_scales(plan)
+    assert [s for _, s in scales] == pytest.approx([2 * 30 / 26, 2 * 30 / 10])
+
+
+def test_an_algorithm_without_a_count_keeps_each_ranks_mean():
+    from lit_rag.modules.update import Plan, Update
+
+    batch = SimpleNamespace(normalizer=None)
+    plan = Plan(batch, 3, 4, [(torch.arange(3), 1.0)], [], [], steps=1)
+    # no rank declares a count (the max over ranks is 0): the scales stay as the algorithm set
+    assert Update(_two_ranks(0.0, [0.0]))._global_scales(plan)[0][1] == 1.0

@@ -247,7 +247,7 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
         ["report", str(empty), "--rollout-steps", "x"], capsys
     )
     (empty / "version_0" / "metrics.csv").write_bytes(b"step,reward/total\n0,\xff\n")
-    assert "is not UTF-8 text" in one_line_error(["report", str(empty)], capsys)
+    assert "metrics.csv:2: not UTF-8 text" in one_line_error(["report", str(empty)], capsys)
 
 
 def test_tensorboard_files_without_tensorboard_is_one_line(

@@ -271,18 +271,18 @@ def test_eval_rar_outcome_and_evaluation_under_each_mode():
     hedged = _answer(HEDGED_EM, ARENA_EX)
     for mode, expected in {"zero": 0.0, "cap": 0.5, "count": 1.0}.items():
         assert EvalRarReward(hedging=mode)([hedged]).total.tolist() == [expected], mode
-    # evaluation (Eq. 4): "Paris or Lyon" contains "Paris" -> r_eval 0.1; the sentence naming
-    # the gold lists two candidates -> zero 0, cap 0.1 / 2 = 0.05, count 0.1
+    # evaluation (Eq. 4): "Paris or Lyon" contains "Paris" -> r_eval 0.1 in every mode: the
+    # guard reads the extracted answer only, never the <evaluate> prose
     hedging = _trajectory(
         "<evaluate>The capital is Paris or Lyon.</evaluate><answer>Lyon</answer>", PARIS
     )
     plain = _trajectory("<evaluate>The capital is Paris.</evaluate><answer>Lyon</answer>", PARIS)
-    for mode, expected in {"zero": 0.0, "cap": 0.05, "count": 0.1}.items():
+    for mode in ("zero", "cap", "count"):
         out = EvalRarReward(hedging=mode)([hedging, plain])
-        assert out.components["evaluation"].tolist() == pytest.approx([expected, 0.1]), mode
-        assert out.total.tolist() == pytest.approx([expected, 0.1]), mode
-    # the default is cap
-    assert EvalRarReward()([hedging]).total.tolist() == pytest.approx([0.05])
+        assert out.components["evaluation"].tolist() == pytest.approx([0.1, 0.1]), mode
+        assert out.total.tolist() == pytest.approx([0.1, 0.1]), mode
+    # the default is the paper's reward
+    assert EvalRarReward()([hedged]).total.tolist() == [1.0]
 
 
 def test_evo_rag_answer_correctness_under_each_mode():
@@ -297,13 +297,14 @@ def test_evo_rag_answer_correctness_under_each_mode():
             assert answer == pytest.approx([score]), (mode, text)
 
 
+#: every answer-matching reward defaults to the paper's score: guards measure unless asked
 REWARDS = {
-    "exact_match": (ExactMatchReward, "zero"),
-    "f1": (F1Reward, "zero"),
-    "arena": (ArenaReward, "zero"),
-    "eval_rar": (EvalRarReward, "cap"),
-    "search_r1": (SearchR1Reward, "zero"),
-    "evo_rag": (EvoRagReward, "zero"),
+    "exact_match": (ExactMatchReward, "count"),
+    "f1": (F1Reward, "count"),
+    "arena": (ArenaReward, "count"),
+    "eval_rar": (EvalRarReward, "count"),
+    "search_r1": (SearchR1Reward, "count"),
+    "evo_rag": (EvoRagReward, "count"),
 }
 
 
@@ -319,26 +320,32 @@ def test_unknown_mode_is_a_one_line_error_and_the_default_is_documented(name):
     assert f"``hedging`` defaults to ``{default}``" in " ".join(cls.__doc__.split())
 
 
-@pytest.mark.parametrize(
-    "recipe",
-    [
-        "arena",
-        "arena_hotpotqa_cpu",
-        "quickstart",
-        "eval_rar",
-        "eval_rar_hotpotqa_cpu",
-        "eval_rar_quickstart",
-        "search_r1",
-        "search_r1_hotpotqa_cpu",
-        "evo_rag",
-        "evo_rag_hotpotqa_cpu",
-        "evo_rag_quickstart",
-    ],
-)
-def test_recipes_state_the_default_hedging(recipe):
+PAPER_RECIPES = ["arena", "eval_rar", "search_r1", "evo_rag"]
+GUARDED_RECIPES = {
+    "arena_hotpotqa_cpu": "zero",
+    "quickstart": "zero",
+    "eval_rar_hotpotqa_cpu": "cap",
+    "eval_rar_quickstart": "cap",
+    "search_r1_hotpotqa_cpu": "zero",
+    "evo_rag_hotpotqa_cpu": "zero",
+    "evo_rag_quickstart": "zero",
+}
+
+
+@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+def test_paper_recipes_train_on_the_papers_reward(recipe):
     reward = yaml.safe_load((RECIPES / f"{recipe}.yaml").read_text())["model"]["reward"]
-    _, default = REWARDS[reward["class_path"]]
-    assert reward["init_args"]["hedging"] == default
+    assert reward["init_args"]["hedging"] == "count"
+
+
+@pytest.mark.parametrize("recipe", sorted(GUARDED_RECIPES))
+def test_recipes_that_opt_into_the_guard_say_so_in_their_header(recipe):
+    text = (RECIPES / f"{recipe}.yaml").read_text()
+    reward = yaml.safe_load(text)["model"]["reward"]
+    mode = GUARDED_RECIPES[recipe]
+    assert reward["init_args"]["hedging"] == mode
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    assert "A reward guard, not in the paper" in header and f"hedging: {mode}" in header
 
 
 def test_hedging_guard_by_hand():
@@ -346,3 +353,4 @@ def test_hedging_guard_by_hand():
     assert Hedging("cap").apply(1.0, "Paris or Lyon or Nice", ["Paris"]) == pytest.approx(1 / 3)
     assert Hedging("zero").apply(1.0, "Paris, France", ["Paris"]) == 1.0  # a comma is one answer
     assert Hedging("zero").apply(1.0, "Lyon or Paris", ["Lyon or Paris"]) == 1.0  # gold lists 2
+    assert Hedging().apply(1.0, "Paris or Lyon", ["Paris"]) == 1.0  # the default measures only

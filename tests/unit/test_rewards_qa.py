@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+import string
 import time
 
 import pytest
@@ -30,8 +32,8 @@ def traj(text: str, answers: list[str]) -> Trajectory:
         ("U.S.A.", "usa"),  # punctuation is deleted, not replaced by a space (default)
         ("Jean-Paul Sartre", "jeanpaul sartre"),
         ("Ender\u2019s Game", "ender\u2019s game"),  # only ASCII punctuation is deleted
-        ("New_York", "new york"),  # underscore -> space *before* punctuation removal
-        ("the_beatles", "beatles"),  # so an article joined by "_" is removed too
+        ("New_York", "newyork"),  # "_" is ASCII punctuation: deleted like the rest
+        ("the_beatles", "thebeatles"),  # so "the" joined by "_" is no longer a word
         ("  lots \t of\n\nspace  ", "lots of space"),  # whitespace collapsed and stripped
         ("THE", ""),
         ("", ""),
@@ -40,6 +42,40 @@ def traj(text: str, answers: list[str]) -> Trajectory:
 def test_normalize_answer(raw: str, expected: str) -> None:
     assert normalize_answer(raw) == expected
     assert normalize_answer(raw, punctuation="delete") == expected  # the default, named
+
+
+def _squad_normalize(s: str) -> str:
+    """SQuAD v1.1's ``normalize_answer`` (``evaluate-v1.1.py``), which Search-R1's
+    ``search_r1/search/qa_em.py`` copies: lower, delete ``string.punctuation``, articles to a
+    space, collapse whitespace. Typed here as the reference ``delete`` follows."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("New_York", "newyork"),  # "_" is in string.punctuation: deleted, not a space
+        ("snake_case_name", "snakecasename"),
+        ("The_Beatles", "thebeatles"),  # no space appears, so "the" is not a word
+        ("the _ end", "end"),  # "_" alone goes, then "the" is an article
+        ("Battle_of Hastings, a.k.a. 1066!", "battleof hastings aka 1066"),
+        ("U.S.A.", "usa"),
+    ],
+)
+def test_delete_mode_is_squad_and_search_r1_on_underscores(raw: str, expected: str) -> None:
+    assert "_" in string.punctuation
+    assert _squad_normalize(raw) == expected  # the reference, on the literal
+    assert normalize_answer(raw) == expected
+
+
+def test_delete_mode_exact_match_on_an_underscore() -> None:
+    assert exact_match("New_York", ["New York"]) == 0.0  # "newyork" != "new york"
+    assert exact_match("New_York", ["NewYork"]) == 1.0  # "newyork" == "newyork"
+    # ARENA's rule (C.1: underscores become spaces) is the space mode: "new york" both sides
+    assert exact_match("New_York", ["New York"], punctuation="space") == 1.0
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
-"""Rollout workers without a worker process: settings, the weight buckets and link, the
-staleness bound, versions per segment, the loader's look-ahead and the importance-sampling
-correction of a stale sample worked by hand. The real processes (vLLM in each worker, tiny
-models) are tested through ``lit-rag fit`` in tests/integration/test_rollout_workers_cli.py."""
+"""Rollout workers: settings, the weight buckets and link, the staleness bound, versions per
+segment, the loader's look-ahead, the importance-sampling correction of a stale sample worked
+by hand, where the workers' GPUs are, and the trainer side of real worker processes around a
+fake engine (``fake_workers.FakeWorkerEngine``: started in a chosen order, stalled on cue).
+vLLM in each worker is tested through ``lit-rag fit`` in
+tests/integration/test_rollout_workers_cli.py."""
 
 from __future__ import annotations
 
@@ -20,10 +22,19 @@ from lit_rag.episodes import EpisodeLoop, Generate, start_episodes
 from lit_rag.errors import InputError
 from lit_rag.modules.disaggregated import WorkerRollout
 from lit_rag.plugins.algorithms.grpo import GRPO
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+from lit_rag.rollout.base import Generation, Placement, RolloutEngine, SamplingParams
 from lit_rag.rollout.transport import WeightLink, buckets, free_port, unpack
 from lit_rag.rollout.worker import VersionedEngine
-from lit_rag.rollout.workers import RolloutSettings, _split
+from lit_rag.rollout.workers import (
+    RolloutSettings,
+    RolloutWorkers,
+    WorkerFault,
+    _split,
+    end_process,
+    payload,
+    worker_gpus,
+)
 from lit_rag.types import Example, RewardBreakdown
 
 
@@ -35,6 +46,12 @@ from lit_rag.types import Example, RewardBreakdown
         ({"workers": -1}, "must be >= 0"),
         ({"prefetch": -2}, "prefetch must be >= 0 or null"),
         ({"backend": "mpi"}, "allowed: auto, gloo, nccl"),
+        ({"job_timeout_s": 0}, "job_timeout_s must be > 0 or null, got 0"),
+        (
+            {"max_staleness": 1, "prefetch": 2},
+            "prefetch 2 is above max_staleness 1: every batch sent that far ahead would be "
+            "regenerated; allowed: prefetch 0 to 1 or null",
+        ),
     ],
 )
 def test_bad_settings_are_one_line(kwargs, words) -> None:
@@ -45,7 +62,7 @@ def test_bad_settings_are_one_line(kwargs, words) -> None:
 
 def test_prefetch_defaults_to_the_staleness_bound() -> None:
     assert RolloutSettings(max_staleness=2).ahead == 2
-    assert RolloutSettings(max_staleness=0, prefetch=3).ahead == 3
+    assert RolloutSettings(max_staleness=3, prefetch=1).ahead == 1
 
 
 def test_buckets_carry_every_tensor_exactly_within_the_size_limit() -> None:
@@ -131,7 +148,7 @@ def _rollout_with(settings: RolloutSettings, version: int, fresh_version: int):
                 out.append(t)
         return out
 
-    rollout.rollout = regenerate
+    rollout._rollout = regenerate
     return rollout, calls
 
 
@@ -252,3 +269,307 @@ def test_a_stale_samples_correction_worked_by_hand() -> None:
     assert out.loss.item() == pytest.approx(expected.item(), abs=1e-6)
     assert out.loss.item() == pytest.approx(-0.94883, abs=1e-4)
     assert out.metrics["is_weight_capped_fraction"].item() == 0
+
+
+# ---- where a rank's workers run --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("placement", "per_rank", "visible", "expected"),
+    [
+        # 8 GPUs, 4 training ranks, 1 worker each: rank r's worker on GPU 4 + r
+        (Placement(2, 4, 2, 4), 1, [str(i) for i in range(8)], ["6"]),
+        # the parent sees GPUs 4-7 only: rank 1 of 2 takes position 2 + 1 * 1 = 3 of them,
+        # GPU 7 (not the parent's GPU 3)
+        (Placement(1, 2, 1, 2), 1, ["4", "5", "6", "7"], ["7"]),
+        # 1 training rank and 2 workers, visible 3,1,2: positions 1 + 0 * 2 + (0, 1) = 1 and 2
+        (Placement(0, 1, 0, 1), 2, ["3", "1", "2"], ["1", "2"]),
+        # global rank 5 is local rank 1 of 4 (second node): positions 4 + 1 * 2 + (0, 1) = 6, 7
+        (Placement(5, 8, 1, 4), 2, [str(i) for i in range(12)], ["6", "7"]),
+    ],
+)
+def test_workers_take_the_gpus_after_the_training_ranks(placement, per_rank, visible, expected):
+    """GPU of local rank r's j-th worker: position local_world_size + r * per_rank + j of the
+    GPUs the training process sees (its CUDA_VISIBLE_DEVICES, in that order)."""
+    assert worker_gpus(placement, per_rank, visible) == expected
+
+
+def test_too_few_visible_gpus_for_the_workers_is_one_line() -> None:
+    # 2 training ranks + 2 x 1 workers need 4 GPUs; 3 are visible: 0 workers per rank fit
+    with pytest.raises(InputError) as info:
+        worker_gpus(Placement(1, 2, 1, 2), 1, ["0", "1", "2"])
+    message = str(info.value)
+    assert "need 4 GPUs on a node, 3 visible (0,1,2)" in message and "\n" not in message
+    assert message.endswith("allowed: model.rollout.workers <= 0")
+
+
+# ---- restarts across resumes ----------------------------------------------------------------
+def test_a_resumed_run_gets_its_whole_restart_budget_and_logs_the_total() -> None:
+    workers = RolloutWorkers(RolloutSettings(workers=1, max_restarts=2), b"")
+    workers.load_state_dict({"version": 7, "restarts": 2, "next_job": 30})
+    assert workers.restarts == 0  # what max_restarts bounds: 2 restarts left in this run
+    workers.restarts += 1  # one restart in the resumed run
+    assert workers.total_restarts == 2 + 1 and workers.state_dict()["restarts"] == 3
+
+
+# ---- real worker processes around a fake engine -----------------------------------------------
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A tiny model's folder (what a worker reads its config from) and its tokenizer."""
+    from helpers import tiny_model_folder
+
+    from lit_rag.modules.loading import ModelConfig, TinyConfig, load_tokenizer
+
+    tiny = TinyConfig(hidden_size=32, num_layers=2, num_heads=2)
+    folder = tiny_model_folder(tmp_path_factory.mktemp("served"), tiny)
+    return folder, load_tokenizer(ModelConfig(tiny=tiny))
+
+
+def _started(served, settings: RolloutSettings, engine) -> RolloutWorkers:
+    """Rank 0 of 2 training processes (so no CPU core is pinned on a small machine) with
+    ``settings.workers / 2`` workers, started on a one-layer model's weights."""
+    from fake_workers import FakeWorkerEngine  # noqa: F401 (importable in the worker too)
+
+    from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
+
+    folder, tokenizer = served
+    workers = RolloutWorkers(settings, payload(SingleTurnEnvironment(), engine))
+    workers.start(torch.nn.Linear(2, 2), tokenizer, folder, Placement(0, 2, 0, 2), seed=0)
+    return workers
+
+
+def _examples(n: int) -> list[Example]:
+    return [Example(id=f"q{i}", question=f"question {i}?", answers=["a"]) for i in range(n)]
+
+
+def test_two_workers_per_rank_start_whichever_is_ready_first(served, tmp_path) -> None:
+    """Worker 1 says it is ready before worker 0 (``ready_after``): waiting for worker 0 reads
+    worker 1's "ready" first, and worker 1 still starts. Then 3 examples over the 2 workers,
+    2 and 1 (uneven), 2 samples each: 6 trajectories, groups 0 0 1 1 2 2 in order."""
+    from fake_workers import FakeWorkerEngine
+
+    settings = RolloutSettings(workers=4, timeout_s=30)
+    workers = _started(served, settings, FakeWorkerEngine(ready_after=str(tmp_path)))
+    try:
+        assert [s.link is not None for s in workers.slots] == [True, True]
+        ids = workers.submit(_examples(3), 2, SamplingParams(max_new_tokens=2), seed=0)
+        assert len(ids) == 2  # one job per worker
+        batch = workers.take(ids)
+        assert [t.example.id for t in batch.trajectories] == ["q0", "q0", "q1", "q1", "q2", "q2"]
+        assert [t.group for t in batch.trajectories] == [0, 0, 1, 1, 2, 2]
+    finally:
+        workers.close()
+
+
+def test_a_stuck_worker_is_ended_and_restarted_with_its_job(served, tmp_path, capsys) -> None:
+    """The engine stalls on its first job (``stall_once``); after job_timeout_s the worker is
+    ended (its process is gone), started again and given the job, which then comes back."""
+    from fake_workers import FakeWorkerEngine
+
+    stall = tmp_path / "stall"
+    stall.touch()
+    settings = RolloutSettings(workers=2, job_timeout_s=2, timeout_s=60)
+    workers = _started(served, settings, FakeWorkerEngine(stall_once=str(stall)))
+    try:
+        old = workers.slots[0].process.pid
+        batch = workers.take(workers.submit(_examples(2), 2, SamplingParams(), seed=0))
+        assert len(batch.trajectories) == 2 * 2 and not stall.exists()
+        assert workers.restarts == 1 and workers.slots[0].process.pid != old
+        assert not os.path.exists(f"/proc/{old}")  # ended and joined: no orphan, no zombie
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if "rollout worker" in x]
+        assert line == (
+            "lit-rag: rollout worker 0 is stuck (no job finished in job_timeout_s=2 s) at "
+            "policy version 0; restarting it (1/3), 1 unfinished job(s) sent again"
+        )
+    finally:
+        workers.close()
+
+
+def _ignores_sigterm(ready) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    while True:
+        time.sleep(1)
+
+
+def test_end_process_kills_one_that_ignores_terminate() -> None:
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    process = context.Process(target=_ignores_sigterm, args=(ready,))
+    process.start()
+    assert ready.wait(60)
+    end_process(process, grace_s=0.5)
+    assert process.exitcode == -signal.SIGKILL and not os.path.exists(f"/proc/{process.pid}")
+
+
+# ---- faults outside the step's own rollout stop every rank at one point ------------------------
+class FakeRolloutWorkers:
+    """Stands in for a rank's RolloutWorkers (no process): its ``fail_take``-th wait, or every
+    push with ``fail_push``, raises the WorkerFault a failed worker raises."""
+
+    def __init__(self, version: int, stale_by: int, fail_take: int = 0, fail_push: bool = False):
+        self.version, self.stale_by = version, stale_by
+        self.fail_take, self.fail_push = fail_take, fail_push
+        self.started, self.total_restarts, self.takes = True, 0, 0
+        self.jobs: dict[int, list[Example]] = {}
+
+    def submit(self, examples, group_size, params, seed, share_rng=False):
+        self.jobs[len(self.jobs)] = (examples, group_size)
+        return [len(self.jobs) - 1]
+
+    def take(self, ids):
+        self.takes += 1
+        if self.takes == self.fail_take:
+            raise WorkerFault("rollout worker 0 failed at policy version 3: RuntimeError: boom")
+        examples, group_size = self.jobs[ids[0]]
+        trajectories = _trajectories([[(self.version - self.stale_by,) * 2]] * len(examples))
+        return SimpleNamespace(trajectories=trajectories, wait_seconds=0.0, worker_seconds=0.0)
+
+    def push(self, version):
+        if self.fail_push:
+            raise WorkerFault("rollout worker 0 died (exit code -9) at policy version 3")
+        return 0.0
+
+
+def _faulty_rollout(tmp_path, workers: FakeRolloutWorkers):
+    """A WorkerRollout of a one-process run at step 5 over ``workers``; the checkpoints it
+    saves are listed in ``saved``."""
+    saved = []
+    trainer = SimpleNamespace(
+        world_size=1, checkpoint_callback=None, default_root_dir=str(tmp_path), global_step=5,
+        is_global_zero=True, should_stop=False, train_dataloader=None,
+        save_checkpoint=lambda path: saved.append(os.path.basename(path)),
+    )  # fmt: skip
+    rollout = WorkerRollout.__new__(WorkerRollout)
+    rollout.module = SimpleNamespace(trainer=trainer, _trainer=trainer)
+    rollout.settings = RolloutSettings(workers=1, max_staleness=1)
+    rollout.workers, rollout.seed, rollout._ahead = workers, 0, {}
+    rollout.fault, rollout.stopped = None, False
+    return rollout, trainer, saved
+
+
+def test_a_fault_while_regenerating_stale_groups_stops_with_a_checkpoint(tmp_path) -> None:
+    # samples 2 versions old, bound 1: the step regenerates them, and that wait (the 2nd) fails
+    workers = FakeRolloutWorkers(version=3, stale_by=2, fail_take=2)
+    rollout, trainer, saved = _faulty_rollout(tmp_path, workers)
+    examples = _examples(2)
+    trajectories, _ = rollout.train_batch(examples, 0, 2, SamplingParams())
+    assert trajectories is None and workers.takes == 2
+    assert saved == ["worker-fault-step=5.ckpt"] and trainer.should_stop
+
+
+@pytest.mark.parametrize("where", ["validation", "refill"])
+def test_a_fault_in_a_rollout_every_rank_makes_stops_once(tmp_path, where) -> None:
+    """Validation and DAPO's refill roll out on every rank together: the fault is agreed on
+    there; the calls after it (the rest of the validation, the refill's last rounds) return
+    None at once, without another checkpoint."""
+    workers = FakeRolloutWorkers(version=3, stale_by=0, fail_take=1)
+    rollout, trainer, saved = _faulty_rollout(tmp_path, workers)
+    group_size = None if where == "validation" else 2
+    assert rollout.rollout(_examples(2), SamplingParams(), group_size) is None
+    assert rollout.rollout(_examples(2), SamplingParams(), group_size) is None
+    assert workers.takes == 1 and saved == ["worker-fault-step=5.ckpt"] and trainer.should_stop
+
+
+def test_a_fault_while_pushing_a_checkpoints_weights_stops_at_the_next_step(tmp_path) -> None:
+    workers = FakeRolloutWorkers(version=3, stale_by=0, fail_push=True)
+    rollout, trainer, saved = _faulty_rollout(tmp_path, workers)
+    rollout.resync()  # on_train_start after a checkpoint (or a curriculum) loaded weights
+    assert rollout.fault is not None and saved == []
+    trajectories, _ = rollout.train_batch(_examples(2), 0, 2, SamplingParams())
+    assert trajectories is None and workers.takes == 0
+    assert saved == ["worker-fault-step=5.ckpt"] and trainer.should_stop
+
+
+# ---- what the training process opens ----------------------------------------------------------
+class _OpenCounting(SingleTurnEnvironment):
+    """Counts ``setup`` calls: where a retrieval environment opens its index."""
+
+    opened = 0
+
+    def setup(self) -> None:
+        type(self).opened += 1
+
+
+@pytest.mark.parametrize(("workers", "opened"), [(0, 1), (1, 0)])
+def test_the_trainer_opens_the_environment_only_where_it_rolls_out(workers, opened) -> None:
+    """Colocated, the policy module opens the environment (a missing index fails at once);
+    with rollout workers each worker opens its own copy and the trainer's is never searched,
+    so it never reads the index."""
+    from fake_workers import FakeWorkerEngine
+    from helpers import EvenTokenReward
+
+    from lit_rag.modules.loading import ModelConfig, TinyConfig
+    from lit_rag.modules.policy import PolicyModule
+
+    _OpenCounting.opened = 0
+    module = PolicyModule(
+        policy=ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2)),
+        environment=_OpenCounting(),
+        reward=EvenTokenReward(),
+        algorithm=GRPO(),
+        engine=FakeWorkerEngine() if workers else None,
+        rollout=RolloutSettings(workers=workers),
+    )
+    module.configure_model()
+    assert _OpenCounting.opened == opened
+    if module.workers is not None:
+        module.workers.close()
+
+
+# ---- the engine's mismatch is measured on fresh samples only ----------------------------------
+def test_logprob_diff_leaves_out_samples_from_older_weights(tiny_policy) -> None:
+    """Two groups of 2 samples, 3 tokens each: group 0 sampled by the weights being trained
+    (staleness 0), group 1 one version earlier (staleness 1). The engine's log-probs are the
+    trainer's own on group 0 (|diff| 0) and 5 below them on group 1 (|diff| 5, the weights'
+    age, not the engine). Measured on group 0 only: mean 0, max 0 (both groups: mean 2.5)."""
+    from lit_rag.modules.step_metrics import Clock
+    from lit_rag.modules.update import Tally, Update
+
+    model, tokenizer = tiny_policy
+    module = SimpleNamespace(
+        model=model, tokenizer=tokenizer, share_prefix=True, device=torch.device("cpu"),
+        sampling=SamplingParams(temperature=1.0), logprob_chunk_tokens=512,
+        algorithm=GRPO(beta=0.0), manual_backward=lambda loss: loss.backward(),
+    )  # fmt: skip
+    trajectories = [token_trajectory(g, 3) for g in (0, 0, 1, 1)]
+    for t in trajectories[2:]:
+        t.staleness = 1
+    rewards = RewardBreakdown(total=torch.tensor([1.0, 0.0, 1.0, 0.0]), components={})
+    batch = module.algorithm.prepare(trajectories, rewards).batch
+    update = Update(module)
+    with torch.no_grad():
+        own = update.logprobs(model, batch, batch.width)  # [4, 3]
+    batch.sampling_logprobs = own - torch.tensor([[0.0], [0.0], [5.0], [5.0]])
+    tally = Tally()
+    plan = SimpleNamespace(batch=batch, width=batch.width)
+    update._train_micro(plan, torch.arange(4), 1.0, 0, tally, Clock())
+    metrics = tally.mismatch.metrics()
+    assert metrics["rollout/logprob_diff_mean"].item() == pytest.approx(0.0, abs=1e-5)
+    assert metrics["rollout/logprob_diff_max"].item() == pytest.approx(0.0, abs=1e-5)
+    assert batch.staleness.tolist() == [0, 0, 1, 1]
+
+
+def test_the_staleness_bound_marks_each_sample_with_its_age() -> None:
+    rollout, _ = _rollout_with(RolloutSettings(workers=1, max_staleness=1), 5, 5)
+    kept, _ = rollout.bound(_trajectories([[(4, 5)], [(5, 5)]]), 2, SamplingParams())
+    assert [t.staleness for t in kept] == [1, 1, 0, 0]  # trainer at 5: 5 - 4, 5 - 5
+
+
+def test_an_algorithm_without_an_importance_sampling_correction_is_told_in_one_line(capsys):
+    """DPO reads no sampling log-probs: samples from older weights are older preference data,
+    trained uncorrected; with max_staleness 1 the run says so once."""
+    from fake_workers import FakeWorkerEngine
+
+    from lit_rag.modules.disaggregated import worker_rollout
+    from lit_rag.plugins.algorithms.dpo import DPO
+
+    module = SimpleNamespace(
+        engine=FakeWorkerEngine(), algorithm=DPO(), environment=SingleTurnEnvironment()
+    )
+    rollout = worker_rollout(module, RolloutSettings(workers=1, max_staleness=1))
+    rollout.close()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line == (
+        "lit-rag: model.rollout lets samples be up to 1 version(s) old and algorithm DPO has no "
+        "importance-sampling correction: it trains on them uncorrected (max_staleness: 0 keeps "
+        "them on-policy)"
+    )

@@ -464,3 +464,51 @@ def test_config_errors_are_one_line(monkeypatch, tiny) -> None:
     with pytest.raises(ValueError, match=r"needs the policy's weights on disk") as info:
         engine.generate([[1]], SamplingParams())
     assert "\n" not in str(info.value)
+
+
+# ---- in a rollout worker (lit_rag/rollout/worker.py) ---------------------------------------
+def served(tok, **kwargs) -> VLLMEngine:
+    """The engine as a rollout worker starts it: no policy, vLLM built on the model's folder."""
+    engine = VLLMEngine(model_path="/models/tiny", **kwargs)
+    engine.serve(tok, "/models/tiny", SimpleNamespace())
+    return engine
+
+
+def test_a_push_to_a_sleeping_worker_wakes_the_weights_it_reloads(monkeypatch, tiny) -> None:
+    """A worker asleep after a job (sleep_mode on): the push wakes the weights before reloading
+    them (a reload into offloaded weights would be undone by the next wake, which copies the old
+    ones back), and the next rollout wakes only the KV cache."""
+    fake = install_fake_vllm(monkeypatch)
+    engine = served(tiny[1], sleep_mode=True)
+    params = SamplingParams(max_new_tokens=2)
+    engine.generate([[1]], params)
+    engine.idle()  # the worker's end of a job
+    engine.receive_weights([("w", torch.ones(2))])
+    engine.generate([[1]], params)
+    engine.idle()
+    assert fake.events == [
+        "LLM",
+        "generate",
+        "sleep(level=1)",
+        "wake_up(tags=['weights'])",
+        "reload_weights",
+        "wake_up(tags=['kv_cache'])",
+        "reset_prefix_cache",  # the KV blocks cached before were computed by the old weights
+        "generate",
+        "sleep(level=1)",
+    ]
+    assert [name for name, _ in fake.loaded[0]] == ["w"]
+
+
+def test_a_worker_does_not_sleep_unless_asked(monkeypatch, tiny) -> None:
+    """On a GPU (the fake's platform) sleep mode is on by default in the trainer's process; a
+    worker's GPU is its own, so it stays awake: no weights copied out after every job."""
+    fake = install_fake_vllm(monkeypatch)
+    engine = served(tiny[1])
+    engine.generate([[1]], SamplingParams(max_new_tokens=2))
+    engine.idle()
+    engine.receive_weights([("w", torch.ones(2))])
+    assert fake.llm_kwargs["enable_sleep_mode"] is False
+    assert fake.events == ["LLM", "generate", "reload_weights"]
+    with pytest.raises(ValueError, match="sleep_level 2 drops vLLM's weights"):
+        served(tiny[1], sleep_mode=True, sleep_level=2)

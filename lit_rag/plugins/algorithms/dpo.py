@@ -220,6 +220,7 @@ class DPO(Algorithm):
         ]  # c0, r0, c1, r1, ...
         batch = collate(rows)
         batch.mini_batches = self.mini_batches(len(stored))
+        batch.normalizer = 1.0  # the loss sums its pairs; a mini-batch's scale is 1 / pairs
         self.updates += 1
         return Prepared(batch=batch, metrics=metrics)
 

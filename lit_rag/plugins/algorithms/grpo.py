@@ -251,13 +251,20 @@ class GRPO(Algorithm):
         mask = batch.completion_mask  # [N, C]
         n, width = mask.shape
         lengths = mask.sum(-1).clamp(min=1)  # [N]
+        # the loss is a mean over the batch's tokens (token), rows (sequence) or rows at a fixed
+        # length (constant); ``normalizer`` is that count, which the policy module sums over
+        # ranks, so the mean is over the global batch (DAPO Section 3.3's token-level loss)
         if self.loss_aggregation == "sequence":
-            weights = mask / (lengths.unsqueeze(-1) * n)
+            normalizer = float(n)
+            weights = mask / (lengths.unsqueeze(-1) * normalizer)
         elif self.loss_aggregation == "token":
-            weights = mask / mask.sum().clamp(min=1)
+            normalizer = float(mask.sum().clamp(min=1))
+            weights = mask / normalizer
         else:
-            weights = mask / (n * (self.max_completion_length or width))
+            normalizer = float(n * (self.max_completion_length or width))
+            weights = mask / normalizer
         batch.advantages, batch.token_weights = advantages[keep], weights
+        batch.normalizer = normalizer
         if self.mini_batches > 1:
             batch.mini_batches = self._split(groups[keep], weights)
         return Prepared(batch=batch, metrics=metrics)

@@ -53,7 +53,9 @@ when a rollout is over (``idle``, called by the policy module), so the update st
 memory: ``sleep_level`` 1 offloads its weights to host memory and frees the KV cache; level 2
 frees both (less host memory; every wake then pushes the whole policy, even when no optimizer
 step moved it, as before validation). The next rollout then starts in TRL's order: wake the
-weights -> push pending weights -> wake the KV cache -> reset the prefix cache.
+weights -> push pending weights -> wake the KV cache -> reset the prefix cache. A rollout
+worker's vLLM sleeps only if ``sleep_mode`` says so (level 1); a push to it asleep wakes and
+reloads its weights, the KV cache sleeping on until the next rollout.
 
 Multi-turn episodes use ``submit`` / ``collect`` (vLLM's ``LLMEngine.add_request`` / ``step``):
 an episode's next segment is queued as soon as its last one is back, so the batch stays full
@@ -197,6 +199,7 @@ class VLLMEngine(RolloutEngine):
         self.logprobs_mode = logprobs_mode
         self._llm = None
         self._asleep = False
+        self._weights_awake = False  # woken for a push while the KV cache sleeps on
         self._stale = True  # the first generate pushes the live weights too
         self._lora_id = 0
         self._lora_request = None
@@ -243,6 +246,12 @@ class VLLMEngine(RolloutEngine):
         weights: :meth:`receive_weights`)."""
         self.tokenizer, self._config = tokenizer, config
         self.model_path = self.model_path or model_path
+        self.sleep_mode = bool(self.sleep_mode)  # its GPU is its own: None (auto) is no sleep
+        if self._sleeps() and self.sleep_level == 2:
+            raise ValueError(
+                "engine sleep_level 2 drops vLLM's weights, which a rollout worker cannot push "
+                "again; allowed in a worker: sleep_level 1 or sleep_mode false"
+            )
         vllm_ranks.check_tensor_parallel(self.tensor_parallel_size, self.placement, config)
         self._stale = False
         self._prepare()
@@ -252,8 +261,16 @@ class VLLMEngine(RolloutEngine):
 
     def receive_weights(self, weights) -> None:
         """Reload from pushed tensors (vLLM's in-place reload, as :meth:`sync_weights`). Requests
-        in flight go on under the new weights; the prefix cache is reset once none runs."""
+        in flight go on under the new weights; the prefix cache is reset once none runs. Asleep,
+        the weights wake first; the KV cache sleeps on until :meth:`_prepare`."""
         started = time.perf_counter()
+        if self._asleep and not self._weights_awake:
+            if self._wakes_by_tag():
+                self._llm.wake_up(tags=["weights"])
+                self._weights_awake = True
+            else:
+                self._llm.wake_up()
+                self._asleep = False
         with torch.inference_mode():
             self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         self._sync_seconds.append(time.perf_counter() - started)
@@ -507,24 +524,24 @@ class VLLMEngine(RolloutEngine):
         if self._llm is None:
             self._llm = self._make_llm()
             self._asleep = False
-        staged = (
-            self._asleep
-            and self._stale
-            and "tags" in inspect.signature(self._llm.wake_up).parameters
-        )
-        if staged:
+        staged = self._asleep and (self._stale or self._weights_awake) and self._wakes_by_tag()
+        if staged and not self._weights_awake:
             self._llm.wake_up(tags=["weights"])
-        elif self._asleep:
+        elif self._asleep and not staged:
             self._llm.wake_up()
         pushed = self._stale
         if pushed:
             self._push_weights()
         if staged:
             self._llm.wake_up(tags=["kv_cache"])
-        self._asleep = False
+        self._asleep = self._weights_awake = False
         if pushed:
             self._llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self._reset_prefix_cache_if_idle()  # a rollout worker's weights arrived
+
+    def _wakes_by_tag(self) -> bool:
+        """Whether this vLLM wakes its weights and KV cache one at a time."""
+        return "tags" in inspect.signature(self._llm.wake_up).parameters
 
     def _sleep(self) -> None:
         if self._sleeps() and self._llm is not None and not self._asleep:

@@ -12,7 +12,10 @@ Instruction-tuned encoders need prefixes set in the recipe: E5 ``query: `` / ``p
 BGE ``Represent this sentence for searching relevant passages: `` on queries only. A plain HF
 folder (no ``modules.json``) gets mean pooling from sentence-transformers. With faiss-gpu
 installed and a GPU present, flat and ivf indexes are searched on the GPU (hnsw stays on CPU:
-faiss has no GPU HNSW); the index is always saved in its CPU form.
+faiss has no GPU HNSW); the index is always saved in its CPU form. A saved index is
+memory-mapped, not read in (the vectors of flat and hnsw indexes, the inverted lists of ivf
+ones), and only on the first search: processes searching one index share its pages, and a
+training process whose rollouts run in workers never reads it.
 
 The encoder is a model, so it is code-adjacent: it is loaded only from a path the user gives
 (``encoder:`` in a recipe, ``--encoder`` on the command line), or the bundled default. The
@@ -316,9 +319,11 @@ class DenseRetriever(IndexedRetriever):
         self.passage_prefix = passage_prefix
 
     def load_state(self, directory: Path) -> None:
-        """Read ``index.faiss`` and check its rows and vector size against the manifest."""
+        """Map ``index.faiss`` (:func:`_mmap_flags`) and check its rows and vector size against
+        the manifest."""
         assert self.manifest is not None
-        index = _read_faiss(directory / _INDEX_FILE)
+        kind = self.manifest.settings.get("faiss_index", self.faiss_index)
+        index = _read_faiss(directory / _INDEX_FILE, flags=_mmap_flags(kind))
         self.manifest.check_rows("the faiss index", int(index.ntotal), directory / _INDEX_FILE)
         dim = self.manifest.settings.get("dim")
         if dim is not None and dim != index.d:
@@ -400,6 +405,17 @@ def _read_faiss(path: Path, advice: str = _REBUILD, flags: int = 0) -> Any:
             f"{path}: not a readable faiss index ({reason[:160]}); the file is truncated or "
             f"damaged: {advice}"
         ) from None
+
+
+def _mmap_flags(faiss_index: str) -> int:
+    """``faiss.read_index`` flags that memory-map an index instead of reading it into memory:
+    the inverted lists of an ``ivf`` index (``IO_FLAG_MMAP``), the stored vectors of a ``flat``
+    or ``hnsw`` one (``IO_FLAG_MMAP_IFC``, faiss >= 1.10; older faiss reads them in)."""
+    import faiss
+
+    if faiss_index == "ivf":
+        return int(faiss.IO_FLAG_MMAP)
+    return int(getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
 
 
 def _same_encoder(recorded: str, given: str) -> bool:

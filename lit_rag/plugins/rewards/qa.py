@@ -38,7 +38,7 @@ class _AnswerReward(Reward):
         answer_tag: str | None = "answer",
         weight: float = 1.0,
         punctuation: str = "delete",
-        hedging: str = "zero",
+        hedging: str = "count",
     ) -> None:
         self.answer_tag = answer_tag
         self.weights = {self.component: weight}
@@ -78,9 +78,10 @@ class ExactMatchReward(_AnswerReward):
         ``["Eiffel Tower"]`` scores ``total = weight * 1.0 = 1.0``; ``"Eiffel Tower"`` without
         tags scores 0.0 (no ``<answer>`` tag) unless ``answer_tag=None``.
 
-    ``hedging`` defaults to ``zero``: a list of candidates can still match a gold alias once
-    normalization drops its separators (``"Simon; Garfunkel"`` is ``"simon garfunkel"``); with
-    no credit for a hedge, committing to one answer is strictly better than listing several.
+    ``hedging`` defaults to ``count`` (plain exact match). A recipe may set ``zero``: a list of
+    candidates can still match a gold alias once normalization drops its separators
+    (``"Simon; Garfunkel"`` is ``"simon garfunkel"``); with no credit for a hedge, committing to
+    one answer is strictly better than listing several.
 
     Args:
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole
@@ -103,11 +104,12 @@ class F1Reward(_AnswerReward):
     Example:
         ``"<answer>the city of Paris</answer>"`` against ``["Paris France"]``: precision 1/3,
         recall 1/2, so ``total = weight * 0.4 = 0.4``. ``"<answer>Paris or Lyon</answer>"``
-        against ``["Paris"]`` has F1 0.5 (precision 1/3, recall 1) but hedges: 0.0.
+        against ``["Paris"]`` has F1 0.5 (precision 1/3, recall 1); it hedges, so with
+        ``hedging: zero`` it scores 0.0.
 
-    ``hedging`` defaults to ``zero``: token F1 pays an answer that lists candidates (the gold
-    is among them), and with no credit for a hedge, committing to one answer is strictly better
-    than listing several.
+    ``hedging`` defaults to ``count`` (plain F1). A recipe may set ``zero``: token F1 pays an
+    answer that lists candidates (the gold is among them), and with no credit for a hedge,
+    committing to one answer is strictly better than listing several.
 
     Args:
         answer_tag: Tag whose last content is the answer; ``None`` (or ``""``) scores the whole

@@ -17,9 +17,11 @@ compare normalized texts (:func:`normalize_answer` on both sides), so case, punc
 articles do not matter, and an empty normalized answer never matches. The final answer is the
 last complete ``<answer>`` block (a trajectory without one scores 0 on the outcome).
 
-Not in the papers, a lit-rag guard (docs/methods/eval_rar.md, "Hedged answers"): an answer or
-an evaluation that lists more candidates than the gold ("Paris or Lyon") earns what
-``hedging`` leaves it (:class:`~lit_rag.api.Hedging`); ``count`` is the papers' reward.
+Not in the papers, a lit-rag guard a recipe opts into (docs/methods/eval_rar.md, "Hedged
+answers"): a final answer that lists more candidates than the gold ("Paris or Lyon") earns
+what ``hedging`` leaves it (:class:`~lit_rag.api.Hedging`). The default, ``count``, is the
+papers' reward. The guard reads the extracted answer only, never the ``<evaluate>`` prose,
+where ";" and "or" occur in ordinary sentences: R_eval is always Eq. 4's.
 """
 
 from __future__ import annotations
@@ -60,20 +62,19 @@ class EvalRarReward(Reward):
         "Lyon" scores ``outcome 0``, ``evaluation 0.1``, ``total 0.1`` (Eq. 5: the outcome is 0,
         so the total is the evaluation reward). Answering "Paris" scores ``total 1.0`` whatever
         the evaluation says. Evaluating "the capital is Paris or Lyon" and answering "Lyon"
-        (``hedging: cap``) scores ``evaluation 0.1 / 2 = 0.05``: one guess among two candidates.
+        also scores ``evaluation 0.1``: Eq. 4 asks only that a gold answer occurs in y_eval.
 
-    ``hedging`` defaults to ``cap``: the evaluation reward (a gold answer anywhere in
-    ``y_eval``, Eq. 4) pays a list of candidates, but it reads prose, where "or" occurs
-    naturally ("born in Kessa or nearby"), so ``cap`` keeps partial credit there where ``zero``
-    would take it all; a hedge still earns less than committing.
+    ``hedging`` defaults to ``count``, the paper's reward. It applies to the final answer only
+    (R_ans): with ``cap``, answering "Paris or Lyon" for "Paris" earns ``1 / 2``; the
+    evaluation reward is never changed by it.
 
     Args:
         r_eval: The evaluation reward (the paper: 0.1, Section 5.1).
         answer_tag: Tag of the final answer.
         evaluate_tag: Tag of the evaluation blocks.
-        hedging: What an answer, or an evaluation that names the gold only inside hedges,
-            earns: ``zero``, ``cap`` (divided by the number of candidates) or ``count`` (the
-            paper's); see :class:`~lit_rag.api.Hedging`.
+        hedging: What a final answer that lists more candidates than the gold earns: ``count``
+            (the paper's), ``zero`` or ``cap`` (divided by the number of candidates); see
+            :class:`~lit_rag.api.Hedging`.
     """
 
     def __init__(
@@ -81,7 +82,7 @@ class EvalRarReward(Reward):
         r_eval: float = 0.1,
         answer_tag: str = "answer",
         evaluate_tag: str = "evaluate",
-        hedging: str = "cap",
+        hedging: str = "count",
     ) -> None:
         self.r_eval = r_eval
         self.answer_tag = answer_tag
@@ -100,7 +101,6 @@ class EvalRarReward(Reward):
             r_ans = _outcome(final_answer(t, self.answer_tag), answers, self.hedging)  # Eq. 2
             y_eval = " ".join(tag_blocks(policy_text(t), self.evaluate_tag))  # Eq. 3
             r_eval = self.r_eval if answer_in_text(y_eval, answers) else 0.0  # Eq. 4
-            r_eval = self.hedging.apply(r_eval, y_eval, answers, prose=True)
             outcome.append(r_ans)
             evaluation.append(r_eval)
             total.append(self.weights["outcome"] * r_ans if r_ans > 0 else r_eval)  # Eq. 5
@@ -116,20 +116,21 @@ class EvalRarReward(Reward):
 class SearchR1Reward(Reward):
     """Search-R1's outcome-only reward: EM of the final answer (1/0).
 
-    ``hedging`` defaults to ``zero``: exact match can pay a list of candidates whose separators
-    normalization drops (``"Simon; Garfunkel"`` is ``"simon garfunkel"``), and with no credit
-    for a hedge, committing to one answer is strictly better than listing several.
+    ``hedging`` defaults to ``count``, the paper's reward. A recipe may set ``zero``: exact
+    match can pay a list of candidates whose separators normalization drops (``"Simon;
+    Garfunkel"`` is ``"simon garfunkel"``), and with no credit for a hedge, committing to one
+    answer is strictly better than listing several.
 
     Args:
         answer_tag: Tag of the final answer.
         weight: Multiplies the outcome in ``total``.
-        hedging: What an answer that lists more candidates than the gold earns: ``zero``,
-            ``cap`` (divided by the number of candidates) or ``count`` (the paper's); see
+        hedging: What an answer that lists more candidates than the gold earns: ``count``
+            (the paper's), ``zero`` or ``cap`` (divided by the number of candidates); see
             :class:`~lit_rag.api.Hedging`.
     """
 
     def __init__(
-        self, answer_tag: str = "answer", weight: float = 1.0, hedging: str = "zero"
+        self, answer_tag: str = "answer", weight: float = 1.0, hedging: str = "count"
     ) -> None:
         self.answer_tag = answer_tag
         self.hedging = Hedging(hedging, key="reward search_r1 hedging")

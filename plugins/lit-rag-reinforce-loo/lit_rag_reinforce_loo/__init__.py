@@ -120,6 +120,7 @@ class ReinforceLOO(Algorithm):
         batch = collate(trajectories)
         batch.advantages = advantages  # [N]
         batch.token_weights = batch.completion_mask / len(trajectories)  # [N, C]
+        batch.normalizer = float(len(trajectories))  # a mean over rows, global over ranks
         metrics = {"advantage_abs_mean": advantages.abs().mean()}
         return Prepared(batch=batch, metrics=metrics)
 
