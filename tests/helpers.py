@@ -308,3 +308,24 @@ EVO_RAG_TABLE_1 = {
     "step": (0.02, 0.05, 0.10),  # Step Penalty (eta)
     "answer": (0.05, 0.10, 1.00),  # Answer Correctness (kappa)
 }
+
+
+def lightning_logs_to_this_stderr() -> None:
+    """Point Lightning's StreamHandlers at this test's ``sys.stderr``: Lightning binds them to
+    the ``sys.stderr`` of the moment it is imported, under pytest an earlier test's (closed)
+    capture, which prints "--- Logging error ---" plus a traceback into this test's stderr."""
+    import logging
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(
+                handler, logging.FileHandler
+            ):
+                handler.stream = sys.stderr  # not setStream: it flushes the closed stream
+
+
+def mount_unavailable(reason: str) -> None:
+    """Skip where a test cannot mount the filesystem it needs; in CI (root) that is an error."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs as root and must mount the test's tmpfs: {reason}")
+    pytest.skip(reason)

@@ -12,7 +12,6 @@ failing in-process.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -21,16 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import mount_unavailable
 
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
 DISK = 160 * 1024  # the earlier checkpoint (64 KiB of tensors) and the run's config.yaml fit
-
-
-def _unavailable(reason: str) -> None:
-    """Skip where a real small filesystem cannot be made; in CI (root) that is an error."""
-    if os.environ.get("CI"):
-        pytest.fail(f"CI runs as root and must mount the test's tmpfs: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -40,7 +33,7 @@ def full_disk(tmp_path: Path):
     point.mkdir()
     mount = shutil.which("mount")
     if mount is None:
-        _unavailable("no mount command to make a small filesystem")
+        mount_unavailable("no mount command to make a small filesystem")
     done = subprocess.run(
         [mount, "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(point)],
         capture_output=True,
@@ -48,7 +41,7 @@ def full_disk(tmp_path: Path):
         check=False,
     )
     if done.returncode != 0:
-        _unavailable(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
+        mount_unavailable(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
     try:
         yield point
     finally:

@@ -12,7 +12,6 @@ refused in-process.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -21,15 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import mount_unavailable
 
 TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
-
-
-def _unavailable(reason: str) -> None:
-    """Skip where a read-only filesystem cannot be made; in CI (root) that is an error."""
-    if os.environ.get("CI"):
-        pytest.fail(f"CI runs as root and must mount the test's tmpfs: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -41,10 +34,10 @@ def read_only(tmp_path: Path):
 
     def run(*args: str) -> None:
         if mount is None:
-            _unavailable("no mount command to make a read-only filesystem")
+            mount_unavailable("no mount command to make a read-only filesystem")
         done = subprocess.run([mount, *args], capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            _unavailable(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
+            mount_unavailable(f"mounting a tmpfs needs root here: {done.stderr.strip()}")
 
     def make(point: Path, fill: Callable[[Path], None]) -> Path:
         point.mkdir(parents=True)

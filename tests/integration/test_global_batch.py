@@ -82,7 +82,14 @@ def assert_same_update(one: Path, two: Path) -> None:
         torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
-@pytest.mark.parametrize("aggregation,mini_batches", [("token", 1), ("sequence", 1), ("token", 2)])
+@pytest.mark.parametrize(
+    "aggregation,mini_batches",
+    [
+        ("token", 1),
+        pytest.param("sequence", 1, marks=pytest.mark.slow),  # the default run stays short
+        pytest.param("token", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_ddp_update_equals_one_process_on_the_global_batch(aggregation, mini_batches, tmp_path):
     """With 2 mini-batches one process trains on groups 1-2, then 3-4 of its 4; each rank
     takes every other example, so its first mini-batch is group 1 (rank 0) or 2 (rank 1): the

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import lightning_logs_to_this_stderr
 
 from lit_rag.cli import main
 
@@ -26,18 +27,8 @@ ROW = {"id": "q1", "question": "Who founded Orbel Mills?", "answers": ["Ada Orbe
 
 @pytest.fixture(autouse=True)
 def _log_to_this_tests_stderr():
-    """Lightning adds a StreamHandler bound to the ``sys.stderr`` of the moment it is imported;
-    under pytest that is an earlier test's (closed) capture, which prints "--- Logging error ---"
-    plus a traceback of the logging module into this test's stderr."""
-    import logging
-    import sys
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(
-                handler, logging.FileHandler
-            ):
-                handler.stream = sys.stderr  # not setStream: it flushes the closed stream
+    """Lightning logs to this test's stderr (:func:`helpers.lightning_logs_to_this_stderr`)."""
+    lightning_logs_to_this_stderr()
     yield
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import lightning_logs_to_this_stderr
 
 from lit_rag.cli import main
 
@@ -34,17 +35,8 @@ def _in_tmp_path(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _log_to_this_tests_stderr():
-    """Lightning's StreamHandler writes to the ``sys.stderr`` of the moment it was imported, an
-    earlier test's closed capture: point it at this one's (as tests/unit/test_bad_inputs.py)."""
-    import logging
-    import sys
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(
-                handler, logging.FileHandler
-            ):
-                handler.stream = sys.stderr
+    """Lightning logs to this test's stderr (:func:`helpers.lightning_logs_to_this_stderr`)."""
+    lightning_logs_to_this_stderr()
     yield
 
 

@@ -76,8 +76,8 @@ def test_switch_on_plateau_then_stop_on_final_plateau():
     assert tr.should_stop  # the paper stops when dev EM stalls for two cycles
 
 
-def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
-    module = Module()
+def _switch_to_the_best(tmp_path, module) -> CurriculumCallback:
+    """A stage switch with ``reload_best`` whose best checkpoint holds ``w = [1, 2]``."""
     path = tmp_path / "best.ckpt"
     torch.save({"state_dict": {"w": torch.tensor([1.0, 2.0])}}, path)
     checkpoint = ModelCheckpoint(dirpath=tmp_path)
@@ -86,6 +86,12 @@ def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
     tr = trainer(checkpoint, cur)
     cur.setup(tr, module, "fit")
     cur.on_train_epoch_end(tr, module)
+    return cur
+
+
+def test_switch_reloads_the_best_checkpoint_of_the_finished_stage(tmp_path):
+    module = Module()
+    cur = _switch_to_the_best(tmp_path, module)
     assert cur.stage == "refinement" and module.w.tolist() == [1.0, 2.0]
 
 
@@ -103,14 +109,7 @@ def test_a_reload_reaches_the_rollout_workers_too(tmp_path):
     module = Module()
     module.workers = FakeWorkers(module)
     module.engine = SimpleNamespace(sync_weights=lambda: pytest.fail("the workers sample"))
-    path = tmp_path / "best.ckpt"
-    torch.save({"state_dict": {"w": torch.tensor([1.0, 2.0])}}, path)
-    checkpoint = ModelCheckpoint(dirpath=tmp_path)
-    checkpoint.best_model_path = str(path)
-    cur = CurriculumCallback(switch_after_epochs=1, reload_best=True)
-    tr = trainer(checkpoint, cur)
-    cur.setup(tr, module, "fit")
-    cur.on_train_epoch_end(tr, module)
+    _switch_to_the_best(tmp_path, module)
     assert module.workers.pushed == [[1.0, 2.0]]  # the reloaded weights, pushed once
 
 

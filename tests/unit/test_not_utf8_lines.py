@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import one_line_error
+from helpers import lightning_logs_to_this_stderr, one_line_error
 
 from lit_rag.cli import main
 
@@ -19,18 +19,8 @@ ROW = {"question": "Who founded Orbel Mills?", "answers": ["Ada Orbel"]}
 
 @pytest.fixture(autouse=True)
 def _log_to_this_tests_stderr():
-    """Lightning's StreamHandler writes to the ``sys.stderr`` of the moment it was imported, an
-    earlier test's closed capture (a "--- Logging error ---" traceback): point it at this one's
-    (as tests/unit/test_bad_inputs.py does)."""
-    import logging
-    import sys
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and not isinstance(
-                handler, logging.FileHandler
-            ):
-                handler.stream = sys.stderr
+    """Lightning logs to this test's stderr (:func:`helpers.lightning_logs_to_this_stderr`)."""
+    lightning_logs_to_this_stderr()
     yield
 
 
