@@ -34,7 +34,7 @@ OpenAI-compatible endpoint: OpenAI, a local ``vllm serve``) with the paper's pro
 Under the table, each setting the paper states (model size, corpus, retriever, top-k, R2AG's
 t, turns, decoding, normalization, question counts, judge) is compared with the record, a line
 per difference, and a setting the paper leaves unstated is named as such
-(:mod:`lit_rag.evaluate_published`). A suite may set environment settings per dataset: the
+(:mod:`lit_rag.evaluate_table`). A suite may set environment settings per dataset: the
 R2AG suite scores each test set at Table 1's t = M/2 (HotpotQA 1, 2Wiki and MuSiQue 2) unless
 an override names ``val_top_t``; each dataset's settings are kept in the record.
 

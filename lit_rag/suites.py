@@ -68,7 +68,7 @@ class Setting:
     """One protocol field of a paper's runs: what the paper states, and where.
 
     ``lit-rag evaluate`` compares it with the same field of a run's record
-    (:mod:`lit_rag.evaluate_published`) and prints a line when they differ, or when the paper
+    (:mod:`lit_rag.evaluate_table`) and prints a line when they differ, or when the paper
     is silent.
 
     Args:

@@ -329,3 +329,23 @@ def mount_unavailable(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI runs as root and must mount the test's tmpfs: {reason}")
     pytest.skip(reason)
+
+
+def one_step_fit(root: Path) -> list[str]:
+    """``lit-rag fit`` arguments: the tiny recipe for one step, checkpointing under ``root``."""
+    return [
+        "fit",
+        "--config",
+        str(Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"),
+        "--model.engine=hf",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=true",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.max_steps=1",
+    ]
+
+
+def lit_rag_command() -> list[str]:
+    """The ``lit-rag`` console script of this environment (``python -m lit_rag`` without it)."""
+    script = Path(sys.executable).with_name("lit-rag")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "lit_rag"]

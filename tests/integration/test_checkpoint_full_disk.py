@@ -15,14 +15,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import mount_unavailable
+from helpers import lit_rag_command, mount_unavailable, one_step_fit
 
-TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
 DISK = 160 * 1024  # the earlier checkpoint (64 KiB of tensors) and the run's config.yaml fit
 
 
@@ -48,12 +46,6 @@ def full_disk(tmp_path: Path):
         subprocess.run(["umount", str(point)], check=True)
 
 
-def _command() -> list[str]:
-    """The ``lit-rag`` console script of this environment (``python -m lit_rag`` without it)."""
-    script = Path(sys.executable).with_name("lit-rag")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "lit_rag"]
-
-
 def test_fit_on_a_full_disk_ends_with_one_line(full_disk: Path, tmp_path: Path) -> None:
     folder = full_disk / "checkpoints"  # where Lightning's ModelCheckpoint writes without logger
     folder.mkdir()
@@ -61,17 +53,7 @@ def test_fit_on_a_full_disk_ends_with_one_line(full_disk: Path, tmp_path: Path) 
     torch.save({"state_dict": {"w": torch.zeros(16 * 1024)}}, earlier)  # 16 Ki float32 = 64 KiB
     before = earlier.read_bytes()
     run = subprocess.run(
-        [
-            *_command(),
-            "fit",
-            "--config",
-            TINY,
-            "--model.engine=hf",
-            "--trainer.logger=false",
-            "--trainer.enable_checkpointing=true",
-            f"--trainer.default_root_dir={full_disk}",
-            "--trainer.max_steps=1",
-        ],
+        [*lit_rag_command(), *one_step_fit(full_disk)],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import mount_unavailable
-
-TINY = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
+from helpers import lit_rag_command, mount_unavailable, one_step_fit
 
 
 @pytest.fixture
@@ -52,25 +49,9 @@ def read_only(tmp_path: Path):
         subprocess.run(["umount", str(point)], check=True)
 
 
-def _command() -> list[str]:
-    """The ``lit-rag`` console script of this environment (``python -m lit_rag`` without it)."""
-    script = Path(sys.executable).with_name("lit-rag")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "lit_rag"]
-
-
 def _fit(run: Path, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            *_command(),
-            "fit",
-            "--config",
-            TINY,
-            "--model.engine=hf",
-            "--trainer.logger=false",
-            "--trainer.enable_checkpointing=true",
-            f"--trainer.default_root_dir={run}",
-            "--trainer.max_steps=1",
-        ],
+        [*lit_rag_command(), *one_step_fit(run)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -123,7 +104,7 @@ def test_index_build_into_a_read_only_folder_ends_with_one_line(read_only, tmp_p
     """Any command: a file the system refuses is named in one line (here the build's lock)."""
     folder = read_only(tmp_path / "indexes", lambda folder: None)
     args = ["index", "build", "--corpus", "synthetic", "--out", str(folder / "idx")]
-    done = subprocess.run([*_command(), *args], capture_output=True, text=True, check=False)
+    done = subprocess.run([*lit_rag_command(), *args], capture_output=True, text=True, check=False)
     assert _one_line(done) == (
         f"lit-rag: error: {folder / '.idx.lock'}: Read-only file system (EROFS); write to a "
         "folder on a writable file system"

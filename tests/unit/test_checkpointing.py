@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import one_step_fit
 
 from lit_rag.checkpointing import (
     AtomicCheckpointIO,
@@ -225,7 +226,7 @@ def test_fit_on_a_full_disk_exits_2_with_one_line(tmp_path, monkeypatch, capsys)
 
     _full_disk(monkeypatch, "zip_writer")
     with pytest.raises(SystemExit) as caught:
-        main(_one_step_fit(tmp_path))
+        main(one_step_fit(tmp_path))
     assert caught.value.code == 2
     err = capsys.readouterr().err
     [line] = [line for line in err.splitlines() if line.startswith("lit-rag: error:")]
@@ -295,7 +296,7 @@ def test_fit_into_a_read_only_folder_exits_2_with_one_line(tmp_path, monkeypatch
 
     _refuse_writes(monkeypatch, "read_only")
     with pytest.raises(SystemExit) as caught:
-        main(_one_step_fit(tmp_path))
+        main(one_step_fit(tmp_path))
     err = capsys.readouterr().err
     assert caught.value.code == 2, err
     assert "Traceback" not in err, err
@@ -490,16 +491,3 @@ def test_fit_ckpt_path_goes_through_the_plugin(tmp_path):
     use_atomic_checkpoints(trainer)
     with pytest.raises(InputError, match=r"^checkpoint .*last.ckpt is empty \(0 bytes\)"):
         trainer.fit(Tiny(), ckpt_path=str(empty))
-
-
-def _one_step_fit(tmp_path) -> list[str]:
-    """``lit-rag fit`` of the tiny recipe for one step, checkpointing under ``tmp_path``."""
-    return [
-        "fit",
-        "--config",
-        str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"),
-        "--trainer.logger=false",
-        "--trainer.enable_checkpointing=true",
-        f"--trainer.default_root_dir={tmp_path}",
-        "--trainer.max_steps=1",
-    ]

@@ -14,8 +14,7 @@ import pytest
 
 from lit_rag.data.papers import PAPERS
 from lit_rag.evaluate import dataset_settings
-from lit_rag.evaluate_published import r2ag_row, settings_lines
-from lit_rag.evaluate_table import render
+from lit_rag.evaluate_table import r2ag_row, render, settings_lines
 from lit_rag.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[2]
