@@ -28,15 +28,9 @@ from pathlib import Path
 
 import pytest
 
-if __name__ != "__main__":
-    from helpers import require_executable, require_package
-
-    require_package("playwright", "pip install 'lit-rag[dev]' (or pip install playwright)")
-    CHROMIUM = require_executable("/usr/bin/chromium", "apt-get install -y chromium")
-else:
-    CHROMIUM = "/usr/bin/chromium"
-
 pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml")
 #: Chromium flags that work offline, as root, without a display or a GPU
@@ -104,6 +98,12 @@ def hostile_rows(last: dict) -> list[dict]:
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory) -> Path:
     """A tiny run's report folder; rollouts.jsonl holds the real rows and two hostile ones."""
+    # Checked when a test runs, not when the module is collected: the default run (not slow)
+    # collects this module before CI has installed Chromium for the slow tests.
+    from helpers import require_executable, require_package
+
+    require_package("playwright", "pip install 'lit-rag[dev]' (or pip install playwright)")
+    require_executable(CHROMIUM, "apt-get install -y chromium")
     root = tmp_path_factory.mktemp("run")
     lit_rag(
         "fit",
