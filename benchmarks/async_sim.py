@@ -13,9 +13,10 @@ Costs, fitted on a Lightning CSVLogger run folder over its training steps after 
   >= 0) on ``time/worker_rollout_s`` if logged, else ``time/rollout_s``. Generations = episodes
   (``tokens/generated`` / ``rollout/completion_length``) x generations per episode
   (``rollout/turns`` shifted to the samples' mean; constant, folded into a, when not logged).
-- update seconds = u0 + u1 x trained tokens on ``time/update_s`` minus the weight sync
-  (``time/weight_sync_s``, a worker run's ``time/weight_push_s``): lit_rag/modules/policy.py
-  times the update through the sync (else pass ``--sync-outside-update``).
+- update seconds = u0 + u1 x trained tokens on ``time/update_s``. A run that logs the step's
+  ``time/sync_s`` phase (lit_rag/trainer/phases.py) times the update alone; an older one timed
+  it through the weight sync (``time/weight_sync_s``, a worker run's ``time/weight_push_s``),
+  which is taken off (``--sync-outside-update``: it was not).
 - weight push: the mean sync, or with ``--params``: ``--sync-latency-s`` + params x
   ``--bytes-per-param`` / ``--bandwidth-gbs``. Overhead: mean step time (``time/step_s``, which
   policy.py logs on the next step's row) minus the components, charged to the trainer.
@@ -199,7 +200,8 @@ def workload(run: Run, skip: int, sync_outside_update: bool = False) -> Workload
     column = "time/worker_rollout_s" if run.has("time/worker_rollout_s") else "time/rollout_s"
     notes.append(f"rollout seconds = {column}")
     sync = sum(np.nan_to_num(run.col(f"time/weight_{k}_s", skip)) for k in ("sync", "push"))
-    update = run.col("time/update_s", skip) - (0.0 if sync_outside_update else sync)
+    outside = sync_outside_update or run.has("time/sync_s")  # the sync is a phase of its own
+    update = run.col("time/update_s", skip) - (0.0 if outside else sync)
     step = np.append(run.col("time/step_s", skip + 1), np.nan)  # on the next step's row
     trained = run.col("tokens/trained", skip)
     gens, rollout = episodes * per_episode, run.col(column, skip)

@@ -30,17 +30,17 @@ import time
 import torch
 
 from lit_rag.data.synthetic import SyntheticWorld
-from lit_rag.modules.loading import ModelConfig, TinyConfig
-from lit_rag.modules.reward_model import (
+from lit_rag.models.loading import ModelConfig, TinyConfig
+from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
+from lit_rag.plugins.retrievers.bm25 import BM25Retriever
+from lit_rag.plugins.rewards.evo_rag import EvoRagReward
+from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.trainer.reward_model import (
     RewardModelModule,
     pairwise_loss,
     sibling_pairs,
     write_pairs,
 )
-from lit_rag.plugins.environments.query_rewriter import QueryRewriterEnvironment
-from lit_rag.plugins.retrievers.bm25 import BM25Retriever
-from lit_rag.plugins.rewards.evo_rag import EvoRagReward
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
 
 
 class NoisyAgent(RolloutEngine):
@@ -82,7 +82,7 @@ class NoisyAgent(RolloutEngine):
 
 
 def make_pairs(n_questions: int, seed: int, margin: float, branches: int, view: str) -> list[dict]:
-    from lit_rag.modules.tiny import build_tiny_tokenizer
+    from lit_rag.models.tiny import build_tiny_tokenizer
 
     world = SyntheticWorld(seed=0)
     corpus = world.corpus()

@@ -35,7 +35,7 @@ Shared by all runs:
   (its default: matmul and attention outputs kept, element-wise work recomputed); TRL does one
   fwd+bwd over the batch with full gradient checkpointing (its default).
 - allocator: lit-rag's children run with tcmalloc preloaded, as ``lit-rag fit`` starts itself
-  (``lit_rag/preload.py``); TRL's with glibc's malloc, as ``python train.py`` starts, unless
+  (``lit_rag/cli/preload.py``); TRL's with glibc's malloc, as ``python train.py`` starts, unless
   ``--trl-tcmalloc`` (then TRL gets the same library).
 
 lit-rag runs twice per engine (``--share-prefix both``, the default): with a group's prompt
@@ -106,7 +106,7 @@ LABELS = {
     "trl:vllm": "TRL (vLLM colocate, bf16)",
     "trl:hf": "TRL (bf16)",
 }
-#: lit-rag's named parts of the update (lit_rag.modules.update.Update) and the engine's weight push
+#: lit-rag's named parts of the update (lit_rag.trainer.update.Update) and the engine's weight push
 UPDATE_PARTS = (
     "time/reference_s",
     "time/forward_s",
@@ -256,8 +256,8 @@ def _model_path(args: argparse.Namespace) -> str:
 
 def save_tiny(folder: str) -> str:
     """Save the tiny random model (``TINY`` sizes) and its tokenizer as a Hugging Face folder."""
-    from lit_rag.modules.loading import TinyConfig
-    from lit_rag.modules.tiny import build_tiny_model, build_tiny_tokenizer
+    from lit_rag.models.loading import TinyConfig
+    from lit_rag.models.tiny import build_tiny_model, build_tiny_tokenizer
 
     config = TinyConfig(**TINY)
     build_tiny_model(config).save_pretrained(folder)
@@ -286,7 +286,7 @@ def write_examples(args: argparse.Namespace, folder: str) -> str:
     file)."""
     from lit_rag.data.datamodule import QADataModule
     from lit_rag.data.readers import write_litrag
-    from lit_rag.modules.loading import ModelConfig, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, load_tokenizer
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
 
     tokenizer = load_tokenizer(ModelConfig(path=_model_path(args)))
@@ -370,11 +370,13 @@ def lit_rag_recipe(
             "micro_batch_size": args.micro_batch,
             "micro_batch_tokens": args.micro_batch_tokens,
             "share_prefix": share_prefix,
-            "lr": LR,
-            "betas": list(BETAS),
-            "weight_decay": 0.0,
-            "lr_schedule": "constant",
-            "max_grad_norm": MAX_GRAD_NORM,
+            "optimizer": {
+                "lr": LR,
+                "betas": list(BETAS),
+                "weight_decay": 0.0,
+                "lr_schedule": "constant",
+                "max_grad_norm": MAX_GRAD_NORM,
+            },
             "sampling": {
                 "max_new_tokens": args.new_tokens,
                 "temperature": TEMPERATURE,
@@ -397,8 +399,8 @@ def _lit_rag_timer():
     import torch
     from lightning.pytorch import Callback
 
+    from lit_rag.contracts.step import StepOutput
     from lit_rag.rollout.base import SamplingParams
-    from lit_rag.step import StepOutput
 
     class Timer(Callback):
         def __init__(self) -> None:
@@ -445,7 +447,7 @@ def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True
     import torch
     import yaml
 
-    from lit_rag.cli import build_cli
+    from lit_rag.cli.commands import build_cli
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -579,7 +581,7 @@ def run_trl(args: argparse.Namespace, use_vllm: bool) -> dict:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from lit_rag.modules.loading import ModelConfig, _hf_source, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, _hf_source, load_tokenizer
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.rewards.arena import ArenaReward
 
@@ -683,9 +685,9 @@ def child_main(args: argparse.Namespace) -> None:
 
 def allocator(child: str, trl_tcmalloc: bool) -> str | None:
     """The library a child preloads: lit-rag's children tcmalloc, as ``lit-rag fit`` starts
-    itself (``lit_rag/preload.py``; none where the system lacks it or ``LIT_RAG_PRELOAD=0``);
+    itself (``lit_rag/cli/preload.py``; none where the system lacks it or ``LIT_RAG_PRELOAD=0``);
     TRL's as ``python train.py`` starts, glibc's allocator, unless ``--trl-tcmalloc``."""
-    from lit_rag.preload import tcmalloc_path
+    from lit_rag.cli.preload import tcmalloc_path
 
     if os.environ.get("LIT_RAG_PRELOAD", "1") == "0" or "tcmalloc" in os.environ.get(
         "LD_PRELOAD", ""

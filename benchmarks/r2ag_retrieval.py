@@ -19,7 +19,7 @@ import time
 import torch
 
 from lit_rag.api import exact_match
-from lit_rag.cli import build_cli
+from lit_rag.cli.commands import build_cli
 from lit_rag.metrics.retrieval import average_precision
 
 

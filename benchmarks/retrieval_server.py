@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    from lit_rag.cli import main as cli
+    from lit_rag.cli.commands import main as cli
     from lit_rag.plugins.retrievers.http import HttpRetriever
     from lit_rag.retrieval.base import open_index
 

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from lit_rag.cli import build_cli
+from lit_rag.cli.commands import build_cli
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ Two workloads, each run through both engines (SmolLM2-135M-Instruct, the recipes
 1. single-turn ARENA (``recipes/quickstart.yaml``'s environment): ``--prompts`` prompts x
    ``--group-size`` samples x ``--new-tokens`` new tokens, temperature 0.9;
 2. multi-turn episodes of each multi-turn environment (``--environments``), BM25 over the
-   bundled synthetic world, through the episode loop (``lit_rag/episodes.py``):
+   bundled synthetic world, through the episode loop (``lit_rag/contracts/episodes.py``):
 
    - ``search_agent``: Eval-RAR episodes (``recipes/eval_rar_quickstart.yaml``), ``--turns`` turns;
    - ``query_rewriter``: EVO-RAG's training rollout (``recipes/evo_rag_quickstart.yaml``, with
@@ -51,9 +51,9 @@ from pathlib import Path
 
 import torch
 
-from lit_rag.cli import build_cli
+from lit_rag.cli.commands import build_cli
 from lit_rag.plugins.engines.hf import HFEngine
-from lit_rag.plugins.engines.vllm import VLLMEngine
+from lit_rag.plugins.engines.vllm.engine import VLLMEngine
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,7 +290,7 @@ def make_engine(name: str, module) -> tuple[object, float]:
 def ensure_index() -> None:
     index = ROOT / "indexes" / "synthetic-bm25"
     if not (index / "manifest.json").exists():
-        from lit_rag.index_cli import main as index_main
+        from lit_rag.cli.index import main as index_main
 
         index_main(["build", "--corpus", "synthetic", "--retriever", "bm25", "--out", str(index)])
 

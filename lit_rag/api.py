@@ -14,7 +14,7 @@ this module
   (a sibling branch, for preference pairs); R2AG's :class:`R2AGEpisode` (with
   :class:`R2AGInference`) and the pruned tree :class:`R2AGTree` (``Example.contract``, of
   :class:`TreeVertex`); the search agent's :class:`SearchEpisode`; EVO-RAG's
-  :class:`EvoRagBranch` (imported on first use, from the environments' modules).
+  :class:`EvoRagBranch` (imported on first use, from :mod:`lit_rag.contracts.methods`).
 - The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
   :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds,
   within a :class:`ContextLimit` and as ``context_overflow`` says, one of
@@ -52,6 +52,10 @@ this module
   weights to sync: :func:`checkpoint_weights`, :func:`is_zero3`, :func:`has_adapters`,
   :func:`policy_path`;
   :func:`resolve_dtype`.
+- Files and random states a plugin keeps: :func:`atomic_write` (a file a kill cannot break),
+  :func:`remove_stale_temps` (the staging files of killed writers), :func:`sha256_file`;
+  :func:`rng_states` / :func:`restore_rng_states` (the process's torch, Python and NumPy random
+  states, e.g. around a library that reseeds them; imported on first use).
 - Models a plugin loads itself (a model-based reward): :class:`ModelConfig`,
   :func:`load_model`, :func:`load_tokenizer`, :func:`resolve_path` (imported on first use).
 
@@ -75,8 +79,9 @@ from typing import TYPE_CHECKING, Any
 
 from lit_rag import registry
 from lit_rag.errors import InputError
-from lit_rag.guards import HEDGING_MODES, Hedging, answer_candidates, hedged, hedged_text
-from lit_rag.models import has_adapters, resolve_path
+from lit_rag.files import atomic_write, remove_stale_temps, sha256_file
+from lit_rag.health.guards import HEDGING_MODES, Hedging, answer_candidates, hedged, hedged_text
+from lit_rag.models.facts import has_adapters, resolve_path
 from lit_rag.retrieval.base import Hit, IndexedRetriever, Retriever, check_search_args, open_index
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, split_contents, write_corpus
 from lit_rag.retrieval.manifest import (
@@ -110,7 +115,7 @@ from lit_rag.types import (
 )
 
 if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
-    from lit_rag.algorithm import (
+    from lit_rag.contracts.algorithm import (
         AdvantageFn,
         Algorithm,
         LossOutput,
@@ -121,7 +126,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         TrainBatch,
         collate,
     )
-    from lit_rag.environment import (
+    from lit_rag.contracts.environment import (
         CONTEXT_OVERFLOW,
         ContextLimit,
         Environment,
@@ -132,7 +137,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         encode_prompts,
         fit_passages,
     )
-    from lit_rag.episodes import (
+    from lit_rag.contracts.episodes import (
         Episode,
         EpisodeLoop,
         Generate,
@@ -141,33 +146,35 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         Turn,
         start_episodes,
     )
-    from lit_rag.kl import ESTIMATORS as KL_ESTIMATORS
-    from lit_rag.kl import get_estimator as kl_estimator
+    from lit_rag.contracts.methods import (
+        EvoRagBranch,
+        R2AGEpisode,
+        R2AGInference,
+        R2AGTree,
+        SearchEpisode,
+        TreeVertex,
+    )
+    from lit_rag.contracts.reward import (
+        FunctionReward,
+        Reward,
+    )
+    from lit_rag.contracts.step import (
+        StepOutput,
+    )
     from lit_rag.metrics.retrieval import (
         average_precision,
         full_recall_at_k,
         recall_at_k,
     )
-    from lit_rag.modules.loading import (
+    from lit_rag.models.loading import (
         ModelConfig,
         load_model,
         load_tokenizer,
     )
-    from lit_rag.plugins.environments.query_rewriter import EvoRagBranch
-    from lit_rag.plugins.environments.retrieval_tree_contracts import (
-        R2AGEpisode,
-        R2AGInference,
-        R2AGTree,
-        TreeVertex,
-    )
-    from lit_rag.plugins.environments.search_agent import SearchEpisode
-    from lit_rag.precision import (
+    from lit_rag.models.precision import (
         resolve_dtype,
     )
-    from lit_rag.reward import (
-        FunctionReward,
-        Reward,
-    )
+    from lit_rag.rng import restore_rng_states, rng_states
     from lit_rag.rollout.base import (
         Generation,
         Placement,
@@ -179,42 +186,41 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         is_zero3,
         policy_path,
     )
-    from lit_rag.step import (
-        StepOutput,
-    )
+    from lit_rag.trainer.kl import ESTIMATORS as KL_ESTIMATORS
+    from lit_rag.trainer.kl import get_estimator as kl_estimator
 
 #: imported on first use: torch (the batch, environment, engine and step contracts), and
 #: transformers, peft and torchmetrics (models, retrieval scores). A retriever plugin and
 #: ``lit-rag index search`` over BM25 never import torch.
 _LAZY: dict[str, tuple[str, str]] = {
-    "AdvantageFn": ("lit_rag.algorithm", "AdvantageFn"),
-    "Algorithm": ("lit_rag.algorithm", "Algorithm"),
-    "LossOutput": ("lit_rag.algorithm", "LossOutput"),
-    "PolicyLossConfig": ("lit_rag.algorithm", "PolicyLossConfig"),
-    "PolicyLossFn": ("lit_rag.algorithm", "PolicyLossFn"),
-    "Prepared": ("lit_rag.algorithm", "Prepared"),
-    "TokenLoss": ("lit_rag.algorithm", "TokenLoss"),
-    "TrainBatch": ("lit_rag.algorithm", "TrainBatch"),
-    "collate": ("lit_rag.algorithm", "collate"),
-    "CONTEXT_OVERFLOW": ("lit_rag.environment", "CONTEXT_OVERFLOW"),
-    "ContextLimit": ("lit_rag.environment", "ContextLimit"),
-    "Environment": ("lit_rag.environment", "Environment"),
-    "Prompts": ("lit_rag.environment", "Prompts"),
-    "RetrievalEnvironment": ("lit_rag.environment", "RetrievalEnvironment"),
-    "chat_prompt": ("lit_rag.environment", "chat_prompt"),
-    "check_context_overflow": ("lit_rag.environment", "check_context_overflow"),
-    "encode_prompts": ("lit_rag.environment", "encode_prompts"),
-    "fit_passages": ("lit_rag.environment", "fit_passages"),
-    "Episode": ("lit_rag.episodes", "Episode"),
-    "EpisodeLoop": ("lit_rag.episodes", "EpisodeLoop"),
-    "Generate": ("lit_rag.episodes", "Generate"),
-    "Request": ("lit_rag.episodes", "Request"),
-    "Search": ("lit_rag.episodes", "Search"),
-    "Turn": ("lit_rag.episodes", "Turn"),
-    "start_episodes": ("lit_rag.episodes", "start_episodes"),
-    "resolve_dtype": ("lit_rag.precision", "resolve_dtype"),
-    "FunctionReward": ("lit_rag.reward", "FunctionReward"),
-    "Reward": ("lit_rag.reward", "Reward"),
+    "AdvantageFn": ("lit_rag.contracts.algorithm", "AdvantageFn"),
+    "Algorithm": ("lit_rag.contracts.algorithm", "Algorithm"),
+    "LossOutput": ("lit_rag.contracts.algorithm", "LossOutput"),
+    "PolicyLossConfig": ("lit_rag.contracts.algorithm", "PolicyLossConfig"),
+    "PolicyLossFn": ("lit_rag.contracts.algorithm", "PolicyLossFn"),
+    "Prepared": ("lit_rag.contracts.algorithm", "Prepared"),
+    "TokenLoss": ("lit_rag.contracts.algorithm", "TokenLoss"),
+    "TrainBatch": ("lit_rag.contracts.algorithm", "TrainBatch"),
+    "collate": ("lit_rag.contracts.algorithm", "collate"),
+    "CONTEXT_OVERFLOW": ("lit_rag.contracts.environment", "CONTEXT_OVERFLOW"),
+    "ContextLimit": ("lit_rag.contracts.environment", "ContextLimit"),
+    "Environment": ("lit_rag.contracts.environment", "Environment"),
+    "Prompts": ("lit_rag.contracts.environment", "Prompts"),
+    "RetrievalEnvironment": ("lit_rag.contracts.environment", "RetrievalEnvironment"),
+    "chat_prompt": ("lit_rag.contracts.environment", "chat_prompt"),
+    "check_context_overflow": ("lit_rag.contracts.environment", "check_context_overflow"),
+    "encode_prompts": ("lit_rag.contracts.environment", "encode_prompts"),
+    "fit_passages": ("lit_rag.contracts.environment", "fit_passages"),
+    "Episode": ("lit_rag.contracts.episodes", "Episode"),
+    "EpisodeLoop": ("lit_rag.contracts.episodes", "EpisodeLoop"),
+    "Generate": ("lit_rag.contracts.episodes", "Generate"),
+    "Request": ("lit_rag.contracts.episodes", "Request"),
+    "Search": ("lit_rag.contracts.episodes", "Search"),
+    "Turn": ("lit_rag.contracts.episodes", "Turn"),
+    "start_episodes": ("lit_rag.contracts.episodes", "start_episodes"),
+    "resolve_dtype": ("lit_rag.models.precision", "resolve_dtype"),
+    "FunctionReward": ("lit_rag.contracts.reward", "FunctionReward"),
+    "Reward": ("lit_rag.contracts.reward", "Reward"),
     "Generation": ("lit_rag.rollout.base", "Generation"),
     "Placement": ("lit_rag.rollout.base", "Placement"),
     "RolloutEngine": ("lit_rag.rollout.base", "RolloutEngine"),
@@ -222,21 +228,23 @@ _LAZY: dict[str, tuple[str, str]] = {
     "checkpoint_weights": ("lit_rag.rollout.weights", "checkpoint_weights"),
     "is_zero3": ("lit_rag.rollout.weights", "is_zero3"),
     "policy_path": ("lit_rag.rollout.weights", "policy_path"),
-    "StepOutput": ("lit_rag.step", "StepOutput"),
+    "StepOutput": ("lit_rag.contracts.step", "StepOutput"),
     "average_precision": ("lit_rag.metrics.retrieval", "average_precision"),
     "full_recall_at_k": ("lit_rag.metrics.retrieval", "full_recall_at_k"),
     "recall_at_k": ("lit_rag.metrics.retrieval", "recall_at_k"),
-    "ModelConfig": ("lit_rag.modules.loading", "ModelConfig"),
-    "load_model": ("lit_rag.modules.loading", "load_model"),
-    "load_tokenizer": ("lit_rag.modules.loading", "load_tokenizer"),
-    "KL_ESTIMATORS": ("lit_rag.kl", "ESTIMATORS"),
-    "kl_estimator": ("lit_rag.kl", "get_estimator"),
-    "EvoRagBranch": ("lit_rag.plugins.environments.query_rewriter", "EvoRagBranch"),
-    "R2AGEpisode": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGEpisode"),
-    "R2AGInference": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGInference"),
-    "R2AGTree": ("lit_rag.plugins.environments.retrieval_tree_contracts", "R2AGTree"),
-    "TreeVertex": ("lit_rag.plugins.environments.retrieval_tree_contracts", "TreeVertex"),
-    "SearchEpisode": ("lit_rag.plugins.environments.search_agent", "SearchEpisode"),
+    "ModelConfig": ("lit_rag.models.loading", "ModelConfig"),
+    "load_model": ("lit_rag.models.loading", "load_model"),
+    "load_tokenizer": ("lit_rag.models.loading", "load_tokenizer"),
+    "rng_states": ("lit_rag.rng", "rng_states"),
+    "restore_rng_states": ("lit_rag.rng", "restore_rng_states"),
+    "KL_ESTIMATORS": ("lit_rag.trainer.kl", "ESTIMATORS"),
+    "kl_estimator": ("lit_rag.trainer.kl", "get_estimator"),
+    "EvoRagBranch": ("lit_rag.contracts.methods", "EvoRagBranch"),
+    "R2AGEpisode": ("lit_rag.contracts.methods", "R2AGEpisode"),
+    "R2AGInference": ("lit_rag.contracts.methods", "R2AGInference"),
+    "R2AGTree": ("lit_rag.contracts.methods", "R2AGTree"),
+    "TreeVertex": ("lit_rag.contracts.methods", "TreeVertex"),
+    "SearchEpisode": ("lit_rag.contracts.methods", "SearchEpisode"),
 }
 
 
@@ -287,6 +295,11 @@ def register_policy_loss(name: str | None = None) -> Callable[[Callable], Callab
 
 
 __all__ = [
+    "atomic_write",
+    "remove_stale_temps",
+    "restore_rng_states",
+    "rng_states",
+    "sha256_file",
     "CONTEXT_OVERFLOW",
     "HEDGING_MODES",
     "KL_ESTIMATORS",

@@ -193,7 +193,7 @@ def class_path(kind: str, name: str) -> str:
             return f"{cls.__module__}.{cls.__qualname__}"
     cls = load(kind, name)
     if kind == "reward" and not isinstance(cls, type) and callable(cls):  # a reward function
-        return f"lit_rag.reward_functions.{name}"
+        return f"lit_rag.contracts.function_rewards.{name}"
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

@@ -1,6 +1,6 @@
 """The process's global random states (torch CPU, Python, NumPy) as plain types and tensors: what
-a checkpoint carries per rank (:mod:`lit_rag.modules.state`) and what a rollout worker borrows
-from the trainer and hands back (:mod:`lit_rag.rollout.worker`)."""
+a checkpoint carries per rank (:mod:`lit_rag.trainer.state`) and what a rollout worker borrows
+from the trainer and hands back (:mod:`lit_rag.rollout.workers.process`)."""
 
 from __future__ import annotations
 

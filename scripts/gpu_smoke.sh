@@ -29,7 +29,7 @@ MODEL="$OUT/tiny-model"
 if [ ! -f "$MODEL/config.json" ]; then  # 4 heads of 64: every attention kernel has that size
   python - "$MODEL" <<'EOF'
 import sys
-from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+from lit_rag.models.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
 config = ModelConfig(tiny=TinyConfig(hidden_size=256, num_layers=2, num_heads=4))
 load_model(config).save_pretrained(sys.argv[1])
 load_tokenizer(config).save_pretrained(sys.argv[1])

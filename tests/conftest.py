@@ -1,4 +1,10 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures.
+
+Factories live in ``kit.py`` (``from kit import trajectory``), subprocess scripts in
+``scripts/``. Markers say what a test needs (declared in ``pyproject.toml``): ``slow`` (a real
+shipped model; left out by default), ``vllm`` (the vLLM CPU build), ``multiprocess`` (several
+training processes: torchrun, DDP, FSDP, DeepSpeed, devices > 1) and ``subprocess`` (the
+lit-rag command in a child process); e.g. ``pytest -m "not multiprocess"``."""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ def shared_data() -> Path:
 @pytest.fixture
 def tiny_policy():
     """A tiny random Llama and its in-code tokenizer (no downloads)."""
-    from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
 
     config = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
     return load_model(config).eval(), load_tokenizer(config)

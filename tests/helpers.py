@@ -183,7 +183,7 @@ def tiny_bert_folder(folder, words: list[str], max_positions: int = 64) -> str:
 def tiny_model_folder(folder, tiny) -> str:
     """A tiny random model (``TinyConfig``) and its in-code tokenizer saved as a Hugging Face
     folder (what vLLM and ``from_pretrained`` load)."""
-    from lit_rag.modules.loading import ModelConfig, load_model, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, load_model, load_tokenizer
 
     config = ModelConfig(tiny=tiny)
     load_model(config).save_pretrained(folder)
@@ -193,7 +193,7 @@ def tiny_model_folder(folder, tiny) -> str:
 
 def one_line_error(args: list[str], capsys) -> str:
     """Run the real CLI in-process; return its single stderr line (exit 2, no traceback)."""
-    from lit_rag.cli import main
+    from lit_rag.cli.commands import main
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -265,7 +265,7 @@ TINY_ENGINES = {
 def tiny_folder(folder: Path, window: int | None = None) -> str:
     """A tiny random model saved as a Hugging Face folder (hidden 64, 2 layers, 2 heads: a head
     count vLLM's tensor parallel 2 divides); ``window`` sets its ``max_position_embeddings``."""
-    from lit_rag.modules.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
+    from lit_rag.models.loading import ModelConfig, TinyConfig, load_model, load_tokenizer
 
     config = ModelConfig(tiny=TinyConfig(hidden_size=64, num_layers=2, num_heads=2))
     model = load_model(config)

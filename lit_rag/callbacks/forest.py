@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from lightning.pytorch import Callback
 
-from lit_rag.step import StepOutput
+from lit_rag.contracts.step import StepOutput
 
 
 class ProgressiveForest(Callback):
@@ -66,7 +66,7 @@ class ProgressiveForest(Callback):
         trajectories = step.trajectories
         if not self.include_refills:
             # the batch's prompts are groups 0..len(batch)-1; the refill
-            # (lit_rag.modules.refill) numbers the refilled groups after them
+            # (lit_rag.trainer.refill) numbers the refilled groups after them
             trajectories = [t for t in trajectories if t.group < len(batch)]
         datamodule = self._datamodule(trainer)
         self.added += datamodule.add_contexts(pl_module.environment.next_contexts(trajectories))

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lit_rag.step import StepOutput
+from lit_rag.contracts.step import StepOutput
 
 
 class KLMonitor(Callback):

@@ -8,7 +8,7 @@ epoch". In Lightning terms:
 - a policy epoch is an epoch of the ``PolicyModule`` fit (rollout -> DPO on sibling pairs,
   every step);
 - after every training step this callback takes the step's rollout (the
-  :class:`~lit_rag.step.StepOutput` in ``outputs``) and keeps the sibling pairs that took
+  :class:`~lit_rag.contracts.step.StepOutput` in ``outputs``) and keeps the sibling pairs that took
   different actions at their state and whose weighted returns differ by at least ``threshold``
   (Delta = 0.3, Section 3.3); a pair's texts are the
   trajectory prefixes ``(s_t, a_t)`` (``view: prefix``; ``branch`` adds the rest of the
@@ -41,14 +41,14 @@ import torch
 from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
-from lit_rag.modules.reward_model import (
+from lit_rag.contracts.step import StepOutput
+from lit_rag.trainer.reward_model import (
     VIEWS,
     RewardModelModule,
     sibling_pairs,
     trajectory_text,
     write_pairs,
 )
-from lit_rag.step import StepOutput
 from lit_rag.types import Trajectory
 
 

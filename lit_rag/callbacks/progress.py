@@ -7,7 +7,7 @@ Lightning's rich bar then reads "Epoch 0/-2" (it prints ``max_epochs - 1``). Thi
 one line: reward (and its components), KL, and where the step's time went::
 
     step 3/24 · reward 1.41 (format 0.91, relevance 0.50, accuracy 0.00) · kl 0.0021
-        · rollout 3.1 s · update 8.5 s · sync 0.35 s
+        · rollout 3.1 s · reward 0.02 s · update 8.5 s · sync 0.35 s
 
 ``lit-rag`` puts it in place of Lightning's default rich bar; a recipe's own progress bar is
 left alone.
@@ -19,8 +19,14 @@ from typing import Any
 
 from lightning.pytorch.callbacks import RichProgressBar
 
-#: the time split of a step line: metric -> label
-TIMES = (("time/rollout_s", "rollout"), ("time/update_s", "update"), ("time/weight_sync_s", "sync"))
+#: the time split of a step line: metric -> label (the step's phases that take the time,
+#: lit_rag.trainer.phases.PHASES)
+TIMES = (
+    ("time/rollout_s", "rollout"),
+    ("time/reward_s", "reward"),
+    ("time/update_s", "update"),
+    ("time/sync_s", "sync"),
+)
 
 
 class RunProgressBar(RichProgressBar):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from lit_rag.step import StepOutput
+from lit_rag.contracts.step import StepOutput
 from lit_rag.types import Trajectory
 
 

@@ -1,7 +1,8 @@
 """The data of each paper lit-rag reproduces: the sources it reads and the files it writes.
 
-``lit-rag data PAPER`` (:mod:`lit_rag.prepare`) writes these files; ``lit-rag evaluate`` finds
-a paper's test files with :func:`test_files`. Every count names the paper section it comes from
+``lit-rag data PAPER`` (:mod:`lit_rag.data.prepare.command`) writes these files; ``lit-rag
+evaluate`` finds a paper's test files with :func:`test_files`. Every count names the paper section
+it comes from
 (``Take.cite``); a count the paper does not give is marked ``ours`` and says why.
 """
 

@@ -35,13 +35,24 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from lit_rag.errors import InputError
+from lit_rag.files import fsync_folder, fsync_tree
 from lit_rag.retrieval.manifest import MANIFEST_NAME
 
-if TYPE_CHECKING:  # the base imports this module to build a missing index on first search
-    from lit_rag.retrieval.base import Retriever
+
+class Retriever(Protocol):
+    """What this module asks of a retriever (:class:`~lit_rag.retrieval.base.Retriever` has it;
+    the base calls this module, so this module names no class of the base's)."""
+
+    kind: str
+    show_progress: bool
+
+    def parts(self) -> list[Retriever]: ...
+    def build(self, passages: list) -> None: ...
+    def save(self, directory: str | Path) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +149,7 @@ def _staging(out: Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         _swap_into_place(tmp, out)
     finally:
         if tmp.exists():  # the build failed (or the exchange left the old index here)
@@ -189,26 +200,6 @@ def _recover(out: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _fsync_tree(root: Path) -> None:
-    """Flush every file and folder under ``root`` to disk before it is renamed into place."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(folder))
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _swap_into_place(tmp: Path, out: Path) -> None:
     """Make ``tmp`` be ``out``; the previous ``out`` (if any) is removed afterwards."""
     if not out.exists():
@@ -220,7 +211,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
         os.rename(out, aside)
         os.rename(tmp, out)  # a kill between the two renames: _recover puts `aside` back
         shutil.rmtree(aside)
-    _fsync_dir(out.parent)
+    fsync_folder(out.parent)
 
 
 def _exchange(a: Path, b: Path) -> bool:

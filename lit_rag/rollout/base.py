@@ -94,9 +94,22 @@ class Generation:
 class RolloutEngine(ABC):
     """Generates completions from the current policy.
 
-    The :class:`~lit_rag.modules.policy.PolicyModule` binds the engine to its live model and
+    The :class:`~lit_rag.trainer.policy.PolicyModule` binds the engine to its live model and
     tokenizer with :meth:`bind`, and calls :meth:`sync_weights` after each optimizer step
     (a no-op for engines that sample from the live model).
+
+    Capabilities, declared here with their defaults (an engine sets or overrides the ones it
+    has; the rollout workers read them, ``model.rollout.workers``):
+
+    - ``serves_pushed_weights``: it can run in a rollout worker process (:meth:`serve`,
+      :meth:`weight_dtype`, :meth:`receive_weights`); default False.
+    - ``seed``: the seed it samples with; None (the default): the run picks one (torch's
+      initial seed; in a worker, that seed plus the worker's offset).
+    - ``model_path``: the weights a copy of the policy starts from in a worker; None (the
+      default): the policy's own folder.
+    - ``lora_sync``: how a LoRA policy's weights reach the engine's copy: ``merge`` (the
+      default: merged full weights, what a worker receives) or ``adapter`` (``vllm``: the
+      adapter alone, in the training process only).
     """
 
     model: torch.nn.Module | None = None
@@ -107,6 +120,12 @@ class RolloutEngine(ABC):
     #: it can run in a rollout worker process on weights pushed from the trainer
     #: (:meth:`serve`, :meth:`weight_dtype`, :meth:`receive_weights`; ``model.rollout.workers``)
     serves_pushed_weights: bool = False
+    #: the seed it samples with; None: the run picks one
+    seed: int | None = None
+    #: the weights a worker's copy of the policy starts from; None: the policy's folder
+    model_path: str | None = None
+    #: how a LoRA policy's weights reach the engine's copy: ``merge`` or ``adapter``
+    lora_sync: str = "merge"
     #: called between the engine's steps when set: a rollout worker applies pushed weights there,
     #: so requests in flight go on under the new weights (a partial rollout)
     step_hook: Callable[[], None] | None = None

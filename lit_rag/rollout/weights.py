@@ -73,7 +73,7 @@ def policy_path(model: torch.nn.Module) -> str:
     """The folder (or hub id) the policy's base weights were loaded from: what an engine that
     keeps its own copy starts from (for a LoRA policy, its base model's; for a GGUF file, the
     converted folder)."""
-    from lit_rag.models import has_adapters
+    from lit_rag.models.facts import has_adapters
 
     base = model.get_base_model() if has_adapters(model) else model
     base = getattr(base, "module", base)  # an FSDP / DeepSpeed wrapper
@@ -106,7 +106,7 @@ def checkpoint_weights(
         keeps a layer's tensors until the layer is complete, padded embeddings until the end); a
         tensor the rank holds whole is the parameter itself, detached.
     """
-    from lit_rag.models import has_adapters
+    from lit_rag.models.facts import has_adapters
 
     is_peft = has_adapters(model)
     for name, tensor in _walk(model, "", merge_lora and is_peft, gathered=False):

@@ -138,6 +138,8 @@ class GRPO(Algorithm):
         policy_loss_args: Further keyword settings a third-party policy loss reads.
     """
 
+    corrects_stale_samples = True  # importance_sampling_cap, set by accept_stale_samples
+
     def __init__(
         self,
         beta: float = 0.04,
@@ -208,6 +210,14 @@ class GRPO(Algorithm):
     @kl_coef.setter
     def kl_coef(self, value: float) -> None:
         self.beta = float(value)
+
+    def accept_stale_samples(self, default_cap: float) -> bool:
+        """Samples from older weights: without a cap in the recipe, ``default_cap`` turns the
+        truncated importance-sampling correction on (True when it did)."""
+        if self.importance_sampling_cap is not None:
+            return False
+        self.importance_sampling_cap = default_cap
+        return True
 
     def advantages(
         self, rewards: torch.Tensor, groups: torch.Tensor

@@ -22,8 +22,9 @@ is the action taken there (what DPO compares), with ``steps`` = the whole episod
 branch, for the step rewards) and an :class:`EvoRagBranch` (``Trajectory.contract``) naming the
 branching state and the step taken there, with the retrieved documents' text.
 
-Episodes run through the episode loop (``lit_rag/episodes.py``): one handler per state (act,
-then the step's retrieval, then the step applied), each episode's next action submitted as soon
+Episodes run through the episode loop (``lit_rag/contracts/episodes.py``): one handler per
+state (act, then the step's retrieval, then the step applied), each episode's next action submitted
+as soon
 as its last one is applied. The siblings at a state start as soon as the main episode reaches
 it (the siblings at ``s_0`` with the main episode itself), not after every main episode is
 over: a rollout's first segments then fill the batch (a question's main episode alone would
@@ -34,15 +35,12 @@ policy whose output depends only on its prompt gives the same trajectories eithe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
-
 import torch
 
 from lit_rag.api import (
-    Branch,
     Episode,
     EpisodeLoop,
+    EvoRagBranch,
     Example,
     Generate,
     Generation,
@@ -70,23 +68,6 @@ QUERY_REWRITER_PROMPT = (
 )
 STATE_TEMPLATE = "Question: {question}\n{history}"
 ACTIONS = ("search", "backtrack", "answer", "refuse")
-
-
-@dataclass
-class EvoRagBranch(Branch):
-    """One sibling of EVO-RAG's branching (``Trajectory.contract``): what DPO and the reward
-    model pair by (``state``, ``step``: the :class:`~lit_rag.api.Branch` fields) and what the
-    ``evo_rag`` reward's verifier reads.
-
-    Args:
-        state: ``"<group>:<step>"`` of the shared state.
-        step: Index in ``steps`` of the action taken there.
-        passages: Id -> passage of every document the episode retrieved.
-    """
-
-    producer: ClassVar[str] = "query_rewriter"
-
-    passages: dict[str, Passage] = field(default_factory=dict)
 
 
 def parse_action(text: str) -> tuple[str, str]:

@@ -30,8 +30,9 @@ Table A.6's ``t = M/2`` ones): ``val_top_t``. The order the model wrote its quer
 the ranking (the reward's AP trains it to put accurate branches first). ``val_predicted_queries:
 false`` is R2AG_base (Table 1, Section 3.2, D.2): only base queries retrieve.
 
-Both rollouts run through the episode loop (``lit_rag/episodes.py``): in inference each tree
-expands again as soon as its last expansion's documents are back; the reader starts once every
+Both rollouts run through the episode loop (``lit_rag/contracts/episodes.py``): in inference
+each tree expands again as soon as its last expansion's documents are back; the reader starts once
+every
 tree is done, so Table 4's two times (retrieval, generation) stay apart.
 
 Where the paper is silent, what we do:

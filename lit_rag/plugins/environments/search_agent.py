@@ -50,14 +50,10 @@ rewards read the policy's own text (its ``steps``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 
 from lit_rag.api import (
     ContextLimit,
-    Contract,
     Episode,
     EpisodeLoop,
     Example,
@@ -70,6 +66,7 @@ from lit_rag.api import (
     RolloutEngine,
     SamplingParams,
     Search,
+    SearchEpisode,
     Step,
     Trajectory,
     chat_prompt,
@@ -114,21 +111,6 @@ DOCUMENT_TEMPLATE = "Doc {index}(Title: {title}) {text}"
 #: ``Step.action`` values this environment records.
 #: ``unanswered``: the answer-only generation after the last turn wrote no complete answer.
 ACTIONS = ("search", "evaluate", "answer", "invalid", "truncated", "unanswered")
-
-
-@dataclass
-class SearchEpisode(Contract):
-    """How a search-agent episode went (``Trajectory.contract``).
-
-    Args:
-        stop_reason: Why it ended: ``answer``, ``max_turns`` or ``max_response_tokens``.
-        turns: Actions taken (searches and invalid actions; Algorithm 1's N counts them).
-    """
-
-    producer: ClassVar[str] = "search_agent"
-
-    stop_reason: str
-    turns: int
 
 
 class SearchAgentEnvironment(RetrievalEnvironment):

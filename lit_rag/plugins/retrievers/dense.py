@@ -445,7 +445,7 @@ def _same_encoder(recorded: str, given: str) -> bool:
 
 
 def _is_hub_id(name: str) -> bool:
-    """``org/name``, as :func:`lit_rag.models.resolve_path` tells a hub id from a path."""
+    """``org/name``, as :func:`lit_rag.models.facts.resolve_path` tells a hub id from a path."""
     return name.count("/") == 1 and not name.startswith((".", "/", "~")) and "://" not in name
 
 

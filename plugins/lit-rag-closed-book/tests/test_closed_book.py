@@ -2,7 +2,7 @@
 answers, metrics, bad settings, and its entry point.
 
 The rollout test drives a scripted engine (a fake: it returns fixed texts instead of sampling),
-so the prompt and the trajectories can be checked exactly; ``tests/integration/
+so the prompt and the trajectories can be checked exactly; ``tests/project/
 test_worked_plugins.py`` in lit-rag runs the environment with the real ``hf`` engine in
 ``lit-rag fit``.
 """

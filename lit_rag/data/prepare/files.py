@@ -1,0 +1,35 @@
+"""How ``lit-rag data`` writes: each file through :func:`lit_rag.files.atomic_write` (a cut run
+leaves the old file or none), its SHA-256 recorded; the staging files of killed runs removed
+(:func:`lit_rag.files.remove_stale_temps`)."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+
+from lit_rag.errors import DiskFullError
+from lit_rag.files import atomic_write, sha256_and_lines, sha256_file
+
+
+def sha256(path: Path, count_lines: bool = False) -> tuple[str, int]:
+    """The file's SHA-256, and its line count with ``count_lines`` (else 0)."""
+    return sha256_and_lines(path, count_lines=count_lines)
+
+
+def atomic(path: Path, write: Callable[[Path], object]) -> str:
+    """``write(temp)`` a staging file beside ``path``, then rename it onto ``path``; the SHA-256
+    of what was written.
+
+    Raises:
+        DiskFullError: The filesystem is full (the staging file is removed).
+    """
+    try:
+        atomic_write(path, write)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(
+                f"data: disk full while writing {path}; free space or pass --out"
+            ) from exc
+        raise
+    return sha256_file(path)

@@ -1,0 +1,149 @@
+"""What the policy module does differently under each of Lightning's strategies: FSDP wraps the
+policy itself, DeepSpeed's engine owns gradient accumulation and clipping, ZeRO-3 and FSDP gather
+sharded weights in every forward (docs/DESIGN.md, "Scale")."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+from collections.abc import Iterator
+
+import torch
+
+from lit_rag.rollout.weights import is_zero3
+
+
+def deepspeed_engine(strategy):
+    """The DeepSpeed engine when ``strategy`` is Lightning's DeepSpeed strategy, else None.
+
+    A step accumulates one backward pass per micro-batch before its optimizer step; ZeRO-2
+    reduces gradients at each "accumulation boundary", which by default (Lightning sets
+    ``gradient_accumulation_steps`` from ``accumulate_grad_batches`` = 1) is every backward and
+    refuses a second gradient for the same partition. The engine is told that only the step's
+    last micro-batch is the boundary (``set_gradient_accumulation_boundary``, DeepSpeed's API for
+    caller-owned accumulation).
+    """
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    return strategy.deepspeed_engine if isinstance(strategy, DeepSpeedStrategy) else None
+
+
+def deepspeed_forward_starts(engine) -> None:
+    """Tell DeepSpeed's ZeRO optimizer that a forward pass starts, as ``DeepSpeedEngine.forward``
+    does first (``clear_backward_seen_flag``). lit-rag runs the policy's own forward per
+    micro-batch, not the engine's; without this, ZeRO-3 never counts a micro-batch
+    (``micro_step_id`` stays 0) and each backward pass overwrites the gradient partitions the
+    previous ones wrote: an optimizer step learned from its last micro-batch only."""
+    clear = getattr(engine.optimizer, "clear_backward_seen_flag", None)
+    if clear is not None:
+        clear()
+
+
+@contextlib.contextmanager
+def outside_zero_init() -> Iterator[None]:
+    """Build the policy whole even inside DeepSpeed ZeRO-3's ``zero.Init`` (Lightning opens it
+    around ``configure_model``): transformers' weight initialization indexes parameters that
+    ``zero.Init`` has already partitioned (``IndexError`` on the embedding's padding row), and
+    the LoRA wrapping needs whole weights. ``deepspeed.initialize`` partitions the built model
+    afterwards; each rank holds it whole only while it loads."""
+    import sys
+
+    zero = sys.modules.get("deepspeed.runtime.zero.partition_parameters")
+    if zero is None or zero.top_level_context is None:
+        yield
+        return
+    zero.shutdown_init_context()
+    try:
+        yield
+    finally:
+        zero.restore_init_context()
+
+
+def is_fsdp(strategy) -> bool:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return isinstance(strategy, FSDPStrategy)
+
+
+def forward_gathers(model: torch.nn.Module) -> bool:
+    """Whether a forward pass gathers sharded weights from every rank (a collective): FSDP, or
+    DeepSpeed ZeRO-3's partitioned parameters (gathered module by module in its hooks, so the
+    output head cannot be called outside the model's forward either)."""
+    return is_sharded(model) or is_zero3(model)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(model, FullyShardedDataParallel)
+
+
+def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
+    """Shard the policy itself with FSDP (inside Lightning's ``model_sharded_context``, which
+    carries the strategy's settings), one unit per decoder layer unless the strategy names its
+    own ``auto_wrap_policy``.
+
+    Lightning would otherwise wrap the whole LightningModule, so the training step would run
+    inside the root unit's forward, and the step's own backward passes (one per micro-batch,
+    ``manual_backward``) would fail FSDP's state checks. With the policy as the root, each
+    micro-batch is an ordinary root forward and backward. ``use_orig_params`` lets frozen base
+    weights and trainable LoRA adapters share units.
+    """
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, wrap
+
+    from lit_rag.trainer.logprobs import _base_model
+
+    overrides: dict = {"use_orig_params": True}
+    base = _base_model(model)
+    embeddings, head = base.get_input_embeddings(), base.get_output_embeddings()
+    if (
+        head is not None
+        and head.weight is embeddings.weight
+        and not embeddings.weight.requires_grad
+    ):
+        # a frozen tied embedding/head matrix (LoRA on SmolLM2, Llama-3.2, Qwen2.5-small...) in a
+        # flat parameter breaks FSDP's shared-parameter views after a no-grad forward
+        # (measured: "as_params=True type(prim_param)=Tensor" on torch 2.13); it stays whole
+        overrides["ignored_states"] = [embeddings.weight]
+        # FSDP moves the states it manages to its device, never the ignored ones: on a GPU the
+        # matrix would stay in host memory, and generate() (which puts its inputs on the device
+        # of the model's first parameter, this one) would run the first layer on the CPU
+        device = getattr(strategy, "root_device", None)
+        if device is not None:
+            embeddings.to(device)
+    if "auto_wrap_policy" not in strategy.kwargs:
+        layers = getattr(base.get_decoder(), "layers", None)
+        if layers is not None and len(layers):
+            overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
+    return wrap(model, **overrides)
+
+
+def zero3_reference(reference: torch.nn.Module, strategy) -> torch.nn.Module:
+    """The frozen reference partitioned as the policy is under DeepSpeed ZeRO-3: its own engine
+    from the strategy's config without the optimizer (as TRL's ``prepare_deepspeed`` does for
+    its reference model), so each rank holds a shard and every forward gathers it (a collective,
+    like the policy's). Under any other strategy, or when already partitioned, ``reference`` as
+    it is."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    if not isinstance(strategy, DeepSpeedStrategy) or is_zero3(reference):
+        return reference
+    config = copy.deepcopy(strategy.config)
+    if config.get("zero_optimization", {}).get("stage") != 3:
+        return reference
+    import deepspeed
+
+    for key in ("optimizer", "scheduler"):
+        config.pop(key, None)
+    reference.to(strategy.root_device)
+    engine, *_ = deepspeed.initialize(
+        args=argparse.Namespace(device_rank=strategy.local_rank),
+        model=reference,
+        config=config,
+        dist_init_required=False,
+    )
+    engine.eval()
+    # the module itself: its forward hooks gather the partitions, as the policy's do; the
+    # engine stays reachable through them
+    return engine.module

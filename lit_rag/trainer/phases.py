@@ -1,0 +1,124 @@
+"""What a training step measures besides its losses: the time of each of its phases and of each
+named part of the update, the trainer / engine log-prob mismatch, the process's memory, and a
+rollout's rewards and lengths (used by ``PolicyModule``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import torch
+
+from lit_rag.types import RewardBreakdown, Trajectory
+
+
+class Clock:
+    """Seconds spent in each named part of the update (``time/<part>_s``), summed over its
+    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        return {name: torch.tensor(seconds) for name, seconds in self.seconds.items()}
+
+
+#: The phases of a training step, in order, each logged as ``time/<phase>_s``: the rollout
+#: (generation; with rollout workers, the wait for their batch), the reward, the algorithm's
+#: training batch (with DAPO's refill, its extra rollouts), the update, the weight sync to the
+#: engine or the workers, and the health signals.
+PHASES = ("rollout", "reward", "prepare", "update", "sync", "health")
+
+
+class Phases:
+    """Seconds spent in each phase of a training step (:data:`PHASES`):
+    ``with phases.time("reward"): ...``."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+
+    def time(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        if phase not in PHASES:
+            raise ValueError(f"unknown step phase '{phase}'; allowed: {', '.join(PHASES)}")
+        return self.clock(f"time/{phase}_s")
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        return self.clock.metrics()
+
+
+class Mismatch:
+    """Mean and max |log pi_trainer - log pi_engine| over the completion tokens of a step: how far
+    the engine's sampling log-probs are from the trainer's own for the same weights."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.max = 0.0, 0.0, 0.0
+
+    def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
+        keep = mask.detach().cpu() > 0
+        diff = (trainer.detach().float().cpu() - engine.float().cpu()).abs()[keep]  # [tokens]
+        if diff.numel():
+            self.total += float(diff.sum())
+            self.count += diff.numel()
+            self.max = max(self.max, float(diff.max()))
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        if not self.count:
+            return {}
+        return {
+            "rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
+            "rollout/logprob_diff_max": torch.tensor(self.max),
+        }
+
+
+def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
+    """Peak and current resident memory of this process and, on CUDA, peak allocated GPU memory
+    (GiB). A peak that rises while the current RSS after each step stays flat is a larger
+    micro-batch or allocator fragmentation, not a leak."""
+    import resource
+
+    metrics = {
+        "mem/peak_rss_gib": torch.tensor(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    }
+    try:
+        with open("/proc/self/statm") as statm:  # Linux; elsewhere the peak alone
+            metrics["mem/rss_gib"] = torch.tensor(
+                int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+            )
+    except OSError:
+        pass
+    if device.type == "cuda":
+        metrics["mem/peak_gpu_gib"] = torch.tensor(torch.cuda.max_memory_allocated(device) / 2**30)
+    return metrics
+
+
+def rollout_metrics(
+    trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str, environment
+) -> dict:
+    """Mean reward (total and per component; a step-level reward's return), completion length,
+    truncated fraction and the environment's own metrics of a rollout."""
+    lengths = torch.tensor([float(t.num_generated) for t in trajectories])
+
+    def per_trajectory(values: torch.Tensor) -> torch.Tensor:  # step-level [N, T]: the return
+        return values.float().sum(-1) if values.dim() == 2 else values.float()
+
+    metrics = {f"{prefix}/total": per_trajectory(rewards.total).mean()}
+    for name, values in rewards.components.items():
+        metrics[f"{prefix}/{name}"] = per_trajectory(values).mean()
+    head = prefix.split("/")[0] if prefix.startswith("val") else "rollout"
+    metrics[f"{head}/completion_length"] = lengths.mean()
+    metrics[f"{head}/truncated_fraction"] = torch.tensor(
+        [float(t.truncated) for t in trajectories]
+    ).mean()
+    for name, value in environment.metrics(trajectories).items():
+        metrics[f"{head}/{name}"] = value
+    return metrics
