@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from lit_rag import _moved
+from lit_rag.compat import moved
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,7 +149,7 @@ def test_an_old_path_is_the_module_at_its_new_home():
 
 
 def test_every_moved_module_has_a_home_that_imports():
-    for old, new in _moved.MOVED.items():
+    for old, new in moved.MOVED.items():
         assert importlib.import_module(old) is importlib.import_module(new), old
 
 

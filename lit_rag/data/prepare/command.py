@@ -58,12 +58,12 @@ from lit_rag.data.papers import (
     paper,
     test_files,
 )
-from lit_rag.data.prepare.files import atomic, sha256
+from lit_rag.data.prepare.files import atomic
 from lit_rag.data.prepare.sampling import Plan, sample
 from lit_rag.data.prepare.sources import Loaded, hint, load, resolve, wiki18_entry
 from lit_rag.data.readers import write_litrag
 from lit_rag.errors import CommandParser, InputError
-from lit_rag.files import remove_stale_temps
+from lit_rag.files import remove_stale_temps, sha256_file
 from lit_rag.retrieval.corpus import pool_examples, write_corpus
 from lit_rag.types import Example, Passage
 
@@ -318,7 +318,7 @@ def _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wik
         sources[name] = {
             "path": str(item.path.resolve()),
             "from": item.origin,
-            "sha256": sha256(item.path)[0],
+            "sha256": sha256_file(item.path),
             "records": len(item.examples),
         }
     if wiki is not None:

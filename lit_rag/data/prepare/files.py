@@ -1,6 +1,5 @@
 """How ``lit-rag data`` writes: each file through :func:`lit_rag.files.atomic_write` (a cut run
-leaves the old file or none), its SHA-256 recorded; the staging files of killed runs removed
-(:func:`lit_rag.files.remove_stale_temps`)."""
+leaves the old file or none), its SHA-256 recorded, a full disk said in one line."""
 
 from __future__ import annotations
 
@@ -9,12 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lit_rag.errors import DiskFullError
-from lit_rag.files import atomic_write, sha256_and_lines, sha256_file
-
-
-def sha256(path: Path, count_lines: bool = False) -> tuple[str, int]:
-    """The file's SHA-256, and its line count with ``count_lines`` (else 0)."""
-    return sha256_and_lines(path, count_lines=count_lines)
+from lit_rag.files import atomic_write, sha256_file
 
 
 def atomic(path: Path, write: Callable[[Path], object]) -> str:

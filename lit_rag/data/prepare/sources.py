@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lit_rag.data.papers import FLASHRAG_REPO, SOURCES, Paper
-from lit_rag.data.prepare.files import sha256
 from lit_rag.data.readers import read_examples
 from lit_rag.errors import InputError
+from lit_rag.files import sha256_and_lines
 from lit_rag.retrieval.corpus import detect_corpus_format
 from lit_rag.types import Example
 
@@ -123,7 +123,7 @@ def wiki18_entry(spec: Paper, given: dict[str, Path], flashrag: Path | None) -> 
         raise InputError(f"data: wiki18 ({path}) is a {fmt} QA file, not a corpus (id, contents)")
     if path.stat().st_size > 1 << 30:
         print(f"lit-rag data: hashing wiki18 ({path.stat().st_size / 2**30:.1f} GiB) ...")
-    digest, lines = sha256(path, count_lines=True)
+    digest, lines = sha256_and_lines(path)
     return {
         "path": str(path.resolve()),
         "from": origin,

@@ -1,4 +1,4 @@
-"""Files a kill cannot break, and their hashes: the one home of lit-rag's atomic writes.
+"""Files a kill cannot break: the one home of lit-rag's atomic writes.
 
 A file is written to a staging name beside it, ``.NAME.tmp-HOST-PID`` (same filesystem, so the
 rename is atomic), flushed and fsynced, renamed onto ``NAME`` and its folder fsynced: at any
@@ -7,14 +7,12 @@ leaves its staging file; :func:`remove_stale_temps` removes those whose writer i
 Checkpoints (:mod:`lit_rag.checkpoints.storage`), ``lit-rag data`` and ``lit-rag evaluate``
 write through here; an index folder is built in a staging folder, flushed with
 :func:`fsync_tree` and swapped into place under a lock (:mod:`lit_rag.retrieval.storage`).
-Plugins reach these through :mod:`lit_rag.api` (:func:`atomic_write`, :func:`remove_stale_temps`,
-:func:`sha256_file`).
+Plugins reach these through :mod:`lit_rag.api` (:func:`atomic_write`, :func:`remove_stale_temps`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import socket
@@ -149,23 +147,6 @@ def fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         fsync_folder(Path(folder))
-
-
-def sha256_file(path: str | Path) -> str:
-    """The file's SHA-256 (hex), read in 1 MiB blocks: a corpus of gigabytes is never in memory
-    at once."""
-    return sha256_and_lines(path, count_lines=False)[0]
-
-
-def sha256_and_lines(path: str | Path, count_lines: bool = True) -> tuple[str, int]:
-    """The file's SHA-256 and its line count (0 without ``count_lines``), in one read."""
-    digest, lines = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            if count_lines:
-                lines += chunk.count(b"\n")
-    return digest.hexdigest(), lines
 
 
 def _alive(pid: int) -> bool:
