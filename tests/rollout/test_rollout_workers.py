@@ -39,7 +39,7 @@ from lit_rag.rollout.workers.pool import (
 )
 from lit_rag.rollout.workers.process import VersionedEngine, WorkerProcess
 from lit_rag.rollout.workers.scheduler import RolloutScheduler
-from lit_rag.rollout.workers.transport import WeightLink, buckets, free_port, unpack
+from lit_rag.rollout.workers.transport import WeightLink, buckets, listen, unpack
 from lit_rag.types import Example, RewardBreakdown
 
 
@@ -100,19 +100,19 @@ def _dies(port: int) -> None:
 def test_weight_link_sends_buckets_and_reports_a_dead_worker() -> None:
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    port = free_port()
-    child = context.Process(target=_receiver, args=(port, [3, 2], out))
+    store = listen(30)
+    child = context.Process(target=_receiver, args=(store.port, [3, 2], out))
     child.start()
-    link = WeightLink(port, is_trainer=True, timeout_s=30)
+    link = WeightLink(store.port, is_trainer=True, timeout_s=30, store=store)
     link.send(torch.tensor([1, 2, 3], dtype=torch.uint8), child.is_alive)
     link.send(torch.tensor([9, 8], dtype=torch.uint8), child.is_alive)
     assert out.get(timeout=30) == [[1, 2, 3], [9, 8]]
     child.join(timeout=30)
     # a worker that dies before the push: the trainer's send raises, it does not hang
-    port = free_port()
-    child = context.Process(target=_dies, args=(port,))
+    store = listen(30)
+    child = context.Process(target=_dies, args=(store.port,))
     child.start()
-    link = WeightLink(port, is_trainer=True, timeout_s=30)
+    link = WeightLink(store.port, is_trainer=True, timeout_s=30, store=store)
     child.join(timeout=30)
     started = time.monotonic()
     with pytest.raises(ConnectionError):

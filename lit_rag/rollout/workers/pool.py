@@ -54,7 +54,7 @@ from lit_rag.rollout.workers.messages import (
     Stop,
 )
 from lit_rag.rollout.workers.process import WorkerSpec, main
-from lit_rag.rollout.workers.transport import WeightLink, buckets, free_port
+from lit_rag.rollout.workers.transport import WeightLink, buckets, listen
 from lit_rag.types import Example, Trajectory
 
 STALE = ("regenerate", "drop")
@@ -149,7 +149,7 @@ class _Slot:
     link: WeightLink | None = None
     jobs: list[int] = field(default_factory=list)  # job ids sent and not answered
     busy_since: float | None = None  # when it last had no job, or last finished one
-    port: int = 0  # the link's store
+    store: object = None  # the trainer side of the link's store, listening from the spawn on
     dtype: torch.dtype = torch.float32
 
 
@@ -272,7 +272,7 @@ class WorkerPool:
 
     def _spawn(self, slot: _Slot) -> None:
         launch = self._launch
-        port = free_port()
+        store = listen(self.settings.timeout_s)
         cores = launch.cores[slot.index] if launch.cores else ()
         gpu = launch.gpus[slot.index] if launch.gpus else None
         worker = WorkerSpec(
@@ -280,7 +280,7 @@ class WorkerPool:
             payload=self.payload,
             tokenizer=launch.tokenizer,
             model_path=launch.model_path,
-            port=port,
+            port=store.port,
             backend=launch.backend,
             device="cuda" if gpu is not None else "cpu",
             cores=tuple(cores),
@@ -297,7 +297,7 @@ class WorkerPool:
                 target=main, args=(worker, slot.inbox, self._outbox), name=f"rollout-{slot.index}"
             )
             slot.process.start()
-        slot.port = port
+        slot.store = store
 
     def _await_ready(self, slot: _Slot) -> None:
         """Wait for ``slot``'s worker to say it is ready; another worker's ``Ready`` read
@@ -310,8 +310,8 @@ class WorkerPool:
                 slot.dtype = getattr(torch, self._ready.pop(slot.index))
                 # the trainer's side of the link, once the worker is up (it connects next)
                 slot.link = WeightLink(
-                    slot.port, is_trainer=True, backend=self._launch.backend,
-                    timeout_s=self.settings.timeout_s,
+                    slot.store.port, is_trainer=True, backend=self._launch.backend,
+                    timeout_s=self.settings.timeout_s, store=slot.store,
                 )  # fmt: skip
                 return
             if not slot.process.is_alive():

@@ -18,7 +18,6 @@ only, never for the worker's reload (the worker holds one received copy of the w
 from __future__ import annotations
 
 import datetime
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -43,11 +42,15 @@ _DTYPES = {
 Entry = tuple[str, str, tuple[int, ...], int, int]
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (the store of a new link)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def listen(timeout_s: float = 600.0, host: str = "127.0.0.1"):
+    """The trainer side's ``TCPStore`` of a new link, already listening on a port the system
+    picked (``.port``): opened before the worker is spawned and held from then on, so nothing
+    else started meanwhile (the worker's vLLM, a resumed run's own process group) can take the
+    port. Probing for a free port and binding it later loses that race."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, 0, 2, True, timeout=timeout, wait_for_workers=False)
 
 
 class WeightLink:
@@ -60,6 +63,8 @@ class WeightLink:
         timeout_s: How long a transfer may wait for the other side.
         host: The trainer's address.
         device: Where received buckets live (``cpu``, or the worker's ``cuda`` device).
+        store: The trainer side's store from :func:`listen` (its port is ``port``); none:
+            open one here (the worker side connects to the trainer's).
     """
 
     def __init__(
@@ -70,11 +75,13 @@ class WeightLink:
         timeout_s: float = 600.0,
         host: str = "127.0.0.1",
         device: str = "cpu",
+        store=None,
     ) -> None:
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore(host, port, 2, is_trainer, timeout=timeout)
+        if store is None:
+            store = dist.TCPStore(host, port, 2, is_trainer, timeout=timeout)
         rank = 0 if is_trainer else 1
         if backend == "nccl":
             self.group = dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
