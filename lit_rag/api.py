@@ -14,7 +14,8 @@ this module
   (a sibling branch, for preference pairs); R2AG's :class:`R2AGEpisode` (with
   :class:`R2AGInference`) and the pruned tree :class:`R2AGTree` (``Example.contract``, of
   :class:`TreeVertex`); the search agent's :class:`SearchEpisode`; EVO-RAG's
-  :class:`EvoRagBranch` (imported on first use, from :mod:`lit_rag.contracts.methods`).
+  :class:`EvoRagBranch`; the tool agent's :class:`ToolEpisode` (imported on first use, from
+  :mod:`lit_rag.contracts.methods`).
 - The five bases: :class:`Algorithm`, :class:`Reward`, :class:`Environment` (and
   :class:`RetrievalEnvironment`; :class:`Prompts` is what ``Environment.prompts`` builds,
   within a :class:`ContextLimit` and as ``context_overflow`` says, one of
@@ -24,7 +25,14 @@ this module
 - The episode loop of multi-turn environments: :class:`Episode` (one trajectory being rolled
   out, with its state), :class:`EpisodeLoop` (one handler per state; segments through the
   engine's ``submit`` / ``collect``), the requests a handler returns (:class:`Generate`,
-  :class:`Search`; ``Request``), :class:`Turn`, :func:`start_episodes`.
+  :class:`Search`, :class:`CallTools`; ``Request``), :class:`Turn`, :func:`start_episodes`.
+- Tools, the sixth plugin kind (``lit_rag.tools``): :class:`Tool` (a schema and ``run``),
+  :class:`FunctionTool` (a typed, documented function), :class:`ToolBox` (checked, limited,
+  cached, timed calls on one event loop), :class:`ToolCall`, :class:`ToolResult`,
+  :class:`ToolError`, :class:`ServerDied`, :data:`TOOL_ERRORS`, :func:`build_tools`; MCP
+  servers' tools (:class:`McpServer`, :func:`connect_mcp`); the parsers of models' calls
+  (:class:`Parsed`, :func:`tool_call_parser`) and :func:`tool_chat_template` (imported on
+  first use, from :mod:`lit_rag.tools`).
 - Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
   :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
 - Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
@@ -56,6 +64,13 @@ this module
   :func:`remove_stale_temps` (the staging files of killed writers), :func:`sha256_file`;
   :func:`rng_states` / :func:`restore_rng_states` (the process's torch, Python and NumPy random
   states, e.g. around a library that reseeds them; imported on first use).
+- An LLM judge for a model-based reward: :class:`Judge` (an OpenAI-compatible endpoint; the
+  ``judge`` extra) scores :class:`JudgeCase` answers as :class:`Verdict` objects, reading replies
+  as one of :data:`JUDGE_SCORES`; :data:`ANSWER_JUDGE_PROMPT`, :func:`judge_signals`.
+- A verifiers environment (``verifiers.v1``) as lit-rag data, tools and reward:
+  :class:`VerifiersEnv` (its tasks as examples, its toolsets as tools, its rewards on a
+  conversation), :func:`verifiers_conversation` (a tool agent's messages, OpenAI-style; imported
+  on first use, from :mod:`lit_rag.integrations.verifiers`).
 - Models a plugin loads itself (a model-based reward): :class:`ModelConfig`,
   :func:`load_model`, :func:`load_tokenizer`, :func:`resolve_path` (imported on first use).
 
@@ -81,6 +96,14 @@ from lit_rag import registry
 from lit_rag.errors import InputError
 from lit_rag.files import atomic_write, remove_stale_temps, sha256_file
 from lit_rag.health.guards import HEDGING_MODES, Hedging, answer_candidates, hedged, hedged_text
+from lit_rag.judges import (
+    ANSWER_JUDGE_PROMPT,
+    JUDGE_SCORES,
+    Judge,
+    JudgeCase,
+    Verdict,
+    judge_signals,
+)
 from lit_rag.models.facts import has_adapters, resolve_path
 from lit_rag.retrieval.base import Hit, IndexedRetriever, Retriever, check_search_args, open_index
 from lit_rag.retrieval.corpus import corpus_fingerprint, read_corpus, split_contents, write_corpus
@@ -138,6 +161,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         fit_passages,
     )
     from lit_rag.contracts.episodes import (
+        CallTools,
         Episode,
         EpisodeLoop,
         Generate,
@@ -152,6 +176,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         R2AGInference,
         R2AGTree,
         SearchEpisode,
+        ToolEpisode,
         TreeVertex,
     )
     from lit_rag.contracts.reward import (
@@ -161,6 +186,8 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
     from lit_rag.contracts.step import (
         StepOutput,
     )
+    from lit_rag.integrations.verifiers import VerifiersEnv
+    from lit_rag.integrations.verifiers import conversation as verifiers_conversation
     from lit_rag.metrics.retrieval import (
         average_precision,
         full_recall_at_k,
@@ -186,6 +213,22 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         is_zero3,
         policy_path,
     )
+    from lit_rag.tools.base import ERRORS as TOOL_ERRORS
+    from lit_rag.tools.base import (
+        FunctionTool,
+        ServerDied,
+        Tool,
+        ToolBox,
+        ToolCall,
+        ToolError,
+        ToolResult,
+        build_tools,
+    )
+    from lit_rag.tools.mcp import McpServer
+    from lit_rag.tools.mcp import connect as connect_mcp
+    from lit_rag.tools.parsers import Parsed
+    from lit_rag.tools.parsers import parser as tool_call_parser
+    from lit_rag.tools.templates import chat_template as tool_chat_template
     from lit_rag.trainer.kl import ESTIMATORS as KL_ESTIMATORS
     from lit_rag.trainer.kl import get_estimator as kl_estimator
 
@@ -245,6 +288,24 @@ _LAZY: dict[str, tuple[str, str]] = {
     "R2AGTree": ("lit_rag.contracts.methods", "R2AGTree"),
     "TreeVertex": ("lit_rag.contracts.methods", "TreeVertex"),
     "SearchEpisode": ("lit_rag.contracts.methods", "SearchEpisode"),
+    "ToolEpisode": ("lit_rag.contracts.methods", "ToolEpisode"),
+    "CallTools": ("lit_rag.contracts.episodes", "CallTools"),
+    "TOOL_ERRORS": ("lit_rag.tools.base", "ERRORS"),
+    "FunctionTool": ("lit_rag.tools.base", "FunctionTool"),
+    "ServerDied": ("lit_rag.tools.base", "ServerDied"),
+    "Tool": ("lit_rag.tools.base", "Tool"),
+    "ToolBox": ("lit_rag.tools.base", "ToolBox"),
+    "ToolCall": ("lit_rag.tools.base", "ToolCall"),
+    "ToolError": ("lit_rag.tools.base", "ToolError"),
+    "ToolResult": ("lit_rag.tools.base", "ToolResult"),
+    "build_tools": ("lit_rag.tools.base", "build_tools"),
+    "McpServer": ("lit_rag.tools.mcp", "McpServer"),
+    "connect_mcp": ("lit_rag.tools.mcp", "connect"),
+    "Parsed": ("lit_rag.tools.parsers", "Parsed"),
+    "tool_call_parser": ("lit_rag.tools.parsers", "parser"),
+    "tool_chat_template": ("lit_rag.tools.templates", "chat_template"),
+    "VerifiersEnv": ("lit_rag.integrations.verifiers", "VerifiersEnv"),
+    "verifiers_conversation": ("lit_rag.integrations.verifiers", "conversation"),
 }
 
 
@@ -300,8 +361,10 @@ __all__ = [
     "restore_rng_states",
     "rng_states",
     "sha256_file",
+    "ANSWER_JUDGE_PROMPT",
     "CONTEXT_OVERFLOW",
     "HEDGING_MODES",
+    "JUDGE_SCORES",
     "KL_ESTIMATORS",
     "MANIFEST_NAME",
     "PASSAGES_NAME",
@@ -325,6 +388,8 @@ __all__ = [
     "IndexMismatchError",
     "IndexedRetriever",
     "InputError",
+    "Judge",
+    "JudgeCase",
     "LossOutput",
     "Manifest",
     "ModelConfig",
@@ -347,12 +412,31 @@ __all__ = [
     "SamplingParams",
     "Search",
     "SearchEpisode",
+    "ToolEpisode",
+    "CallTools",
+    "TOOL_ERRORS",
+    "FunctionTool",
+    "ServerDied",
+    "Tool",
+    "ToolBox",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "build_tools",
+    "McpServer",
+    "connect_mcp",
+    "Parsed",
+    "tool_call_parser",
+    "tool_chat_template",
+    "VerifiersEnv",
+    "verifiers_conversation",
     "Step",
     "StepOutput",
     "TokenLoss",
     "TrainBatch",
     "Trajectory",
     "TreeVertex",
+    "Verdict",
     "Turn",
     "advantage_estimator",
     "answer_candidates",
@@ -377,6 +461,7 @@ __all__ = [
     "hedged",
     "hedged_text",
     "is_zero3",
+    "judge_signals",
     "policy_path",
     "kl_estimator",
     "load_model",

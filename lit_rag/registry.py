@@ -27,6 +27,7 @@ GROUPS: dict[str, str] = {
     "environment": "lit_rag.environments",
     "retriever": "lit_rag.retrievers",
     "engine": "lit_rag.engines",
+    "tool": "lit_rag.tools",
     "advantage": "lit_rag.advantages",
     "policy_loss": "lit_rag.policy_losses",
 }
@@ -44,7 +45,7 @@ class PluginInfo:
     """One registered plugin.
 
     Args:
-        kind: ``algorithm``, ``reward``, ``environment``, ``retriever``, ``engine``,
+        kind: ``algorithm``, ``reward``, ``environment``, ``retriever``, ``engine``, ``tool``,
             ``advantage`` or ``policy_loss``.
         name: The registered (short) name used in recipes.
         target: ``module:attr`` the entry point points at.

@@ -119,7 +119,8 @@ fi
 run python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}" "$TORCH"
 if [ "$DEV" = "1" ]; then
   run python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty -e plugins/lit-rag-tfidf \
-    -e plugins/lit-rag-closed-book -e plugins/lit-rag-reinforce-loo -e plugins/lit-rag-lagged-engine
+    -e plugins/lit-rag-closed-book -e plugins/lit-rag-reinforce-loo -e plugins/lit-rag-lagged-engine \
+    -e plugins/lit-rag-sql-tool
 fi
 # The scale tests: bitsandbytes' 4-bit layers run on CPU (QLoRA) and on GPUs (QLoRA recipes),
 # and DeepSpeed must be importable for recipes to build with its strategy. DeepSpeed ships as a

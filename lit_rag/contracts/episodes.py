@@ -21,6 +21,9 @@ environment adds: loss mask 0) and returns:
 - :class:`Search`: a retrieval. The searches asked for while the loop handles one batch of
   finished segments are one batched retriever call (one per ``k``), after which their handlers
   run in the order the searches were asked for;
+- :class:`CallTools`: tool calls (a tool agent). Those asked for while the loop handles one
+  batch of finished segments run together, concurrently, on the loop's
+  :class:`~lit_rag.tools.ToolBox`, then their handlers run in the order asked;
 - ``None``: the episode is over (``done``).
 
 Example, an agent that searches once and then answers::
@@ -93,8 +96,23 @@ class Search:
     k: int = 1
 
 
+@dataclass
+class CallTools:
+    """Request: run ``calls`` with the loop's tools, then run ``state``'s handler on their
+    results (one :class:`~lit_rag.tools.ToolResult` per call, in order).
+
+    Args:
+        state: The state the episode waits in.
+        calls: :class:`~lit_rag.tools.ToolCall`\\ s; a ``ToolResult`` in a call's place (a call
+            that did not parse) is passed through as its result.
+    """
+
+    state: str
+    calls: list
+
+
 #: What a handler returns: the episode's next request, or None when it is over.
-Request = Generate | Search | None
+Request = Generate | Search | CallTools | None
 
 
 @dataclass
@@ -221,18 +239,24 @@ class EpisodeLoop:
         engine: The rollout engine (its ``tokenizer`` is :attr:`tokenizer`).
         params: The rollout's sampling settings; handlers derive each segment's from them.
         retriever: What :class:`Search` requests query (None: no handler may search).
+        tools: What :class:`CallTools` requests call (a :class:`~lit_rag.tools.ToolBox`).
     """
 
     def __init__(
-        self, engine: RolloutEngine, params: SamplingParams, retriever: Any = None
+        self,
+        engine: RolloutEngine,
+        params: SamplingParams,
+        retriever: Any = None,
+        tools: Any = None,
     ) -> None:
-        self.engine, self.params, self.retriever = engine, params, retriever
+        self.engine, self.params, self.retriever, self.tools = engine, params, retriever, tools
         self.tokenizer = engine.tokenizer
         #: the engine's context window: a segment never asks for more than it leaves
         self.window = engine.context_window()
         self._cache: dict[str, list[int]] = {}
         self._waiting: dict[int, tuple[Episode, Generate]] = {}
         self._searches: list[tuple[Episode, Search]] = []
+        self._calls: list[tuple[Episode, CallTools]] = []
         self._started: list[Episode] = []
 
     def encode(self, text: str) -> list[int]:
@@ -292,10 +316,13 @@ class EpisodeLoop:
         elif isinstance(request, Search):
             e.state = request.state
             self._searches.append((e, request))
+        elif isinstance(request, CallTools):
+            e.state = request.state
+            self._calls.append((e, request))
         else:
             raise TypeError(
                 f"handler of state {e.state!r} returned {request!r}; "
-                "expected Generate, Search or None"
+                "expected Generate, Search, CallTools or None"
             )
         started, self._started = self._started, []
         for other in started:  # episodes the handler started (``start``)
@@ -324,9 +351,23 @@ class EpisodeLoop:
         return replace(request, params=replace(request.params, max_new_tokens=room))
 
     def _search(self) -> None:
-        """The searches asked for so far: one batched retriever call per ``k``, then each
-        search's handler in the order asked (searches those handlers ask for run next)."""
-        while self._searches:
+        """The searches and tool calls asked for so far: one batched retriever call per ``k``,
+        then each search's handler in the order asked; then every tool call at once, then
+        their handlers in order (searches and calls those handlers ask for run next)."""
+        while self._searches or self._calls:
+            self._run_searches()
+            self._run_calls()
+
+    def _run_calls(self) -> None:
+        calls, self._calls = self._calls, []
+        flat = [c for _, request in calls for c in request.calls]
+        results = self.tools.call_all(flat) if flat else []
+        for e, request in calls:
+            mine, results = results[: len(request.calls)], results[len(request.calls) :]
+            self._dispatch(e, mine)
+
+    def _run_searches(self) -> None:
+        if self._searches:
             searches, self._searches = self._searches, []
             results: dict[int, list] = {}
             for k in dict.fromkeys(s.k for _, s in searches):

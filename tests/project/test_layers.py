@@ -3,7 +3,7 @@ a set of folders of ``lit_rag/``:
 
     commands         cli/, evaluate/, report/, data/prepare/, __main__.py: wire things together
     callbacks        callbacks/
-    built-in plugins plugins/: algorithms, rewards, environments, retrievers, engines
+    built-in plugins plugins/: algorithms, rewards, environments, retrievers, engines, tools
     public API       api.py
     core             every other folder and root module: contracts, trainer, models, rollout,
                      retrieval, data, metrics, checkpoints, health, and the vocabulary (types,
@@ -59,7 +59,7 @@ def _is_under(module: str, *prefixes: str) -> bool:
 def test_built_in_plugins_import_only_the_public_api():
     plugins = [p for p in _modules("plugins") if p.name != "__init__.py"]
     kinds = {_relative(p).split("/")[1] for p in plugins}
-    assert kinds == {"algorithms", "rewards", "environments", "retrievers", "engines"}
+    assert kinds == {"algorithms", "rewards", "environments", "retrievers", "engines", "tools"}
     assert len(plugins) >= 20
     bad = {
         _relative(p): sorted(m for m in _lit_rag_imports(p) if m != "lit_rag.api") for p in plugins

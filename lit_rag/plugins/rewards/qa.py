@@ -2,7 +2,8 @@
 
 The scoring rules (normalization, empty answers, tag extraction) and where they depart from the
 papers are in :mod:`lit_rag.text`, which every plugin shares through :mod:`lit_rag.api`. Both
-read only what the policy wrote (``Trajectory.policy_text``), and both apply a
+read only what the policy wrote (``Trajectory.policy_text``; a tool agent's answer is the one
+it gave, the answer tool's argument), and both apply a
 :class:`~lit_rag.api.Hedging` guard to answers that list candidates.
 """
 
@@ -14,6 +15,7 @@ from lit_rag.api import (
     Hedging,
     Reward,
     RewardBreakdown,
+    ToolEpisode,
     Trajectory,
     check_punctuation,
     exact_match,
@@ -23,9 +25,18 @@ from lit_rag.api import (
 
 
 def _predictions(trajectories: list[Trajectory], answer_tag: str | None) -> list[str | None]:
-    if not answer_tag:
-        return [t.policy_text for t in trajectories]
-    return [extract_tag(t.policy_text, answer_tag) for t in trajectories]
+    """Each trajectory's answer: a tool agent's (the answer it gave, :class:`ToolEpisode`), else
+    the ``answer_tag`` block of the policy's text (the whole text without a tag)."""
+    found = []
+    for t in trajectories:
+        episode = ToolEpisode.find(t, "reward (answer)")
+        if episode is not None:
+            found.append(episode.answer)
+        elif not answer_tag:
+            found.append(t.policy_text)
+        else:
+            found.append(extract_tag(t.policy_text, answer_tag))
+    return found
 
 
 class _AnswerReward(Reward):

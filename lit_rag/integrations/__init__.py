@@ -1,0 +1,1 @@
+"""Other frameworks' environments as lit-rag data, tools and rewards (:mod:`.verifiers`)."""

@@ -1,0 +1,1 @@
+"""Built-in tools (the ``lit_rag.tools`` entry-point group)."""

