@@ -106,7 +106,7 @@ class _Server:
         self._ready: asyncio.Future | None = None
 
     def listed(self) -> list[Any]:
-        return _run(self.mcp.list_tools())
+        return _await(self.mcp.list_tools())
 
     async def ready(self) -> None:
         if self._ready is None:
@@ -149,7 +149,7 @@ def _mcp_text(blocks: Sequence[Any]) -> str:
     return "\n".join(parts)
 
 
-def _run(coroutine) -> Any:
+def _await(coroutine) -> Any:
     """Run ``coroutine`` to its end from sync code, in a thread when a loop is running here."""
     try:
         asyncio.get_running_loop()
@@ -413,13 +413,15 @@ class VerifiersEnv:
                 out.errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return out
 
-    def score(self, items: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]) -> list[Scores]:
+    def score_conversations(
+        self, items: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]
+    ) -> list[Scores]:
         """Score each ``(task, messages)`` (concurrently; never raises on model text)."""
 
         async def every() -> list[Scores]:
             return list(await asyncio.gather(*(self._score(t, m) for t, m in items)))
 
-        return _run(every()) if items else []
+        return _await(every()) if items else []
 
 
 def _arguments(value: Any) -> str:

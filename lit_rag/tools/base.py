@@ -141,7 +141,7 @@ class FunctionTool(Tool):
         ...         b: The second.
         ...     '''
         ...     return a + b
-        >>> FunctionTool(add).schema()["function"]["parameters"]["required"]
+        >>> FunctionTool(add).parameters.get("required")
         ['a', 'b']
     """
 
@@ -175,11 +175,17 @@ def as_text(value: Any) -> str:
 
 def check_arguments(tool: Tool, arguments: Any) -> str:
     """Why ``arguments`` do not fit ``tool``'s schema ("" when they do), in one line the model
-    can act on."""
+    can act on. An argument the schema does not name is refused unless the schema allows
+    ``additionalProperties`` (a function would raise on it)."""
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {type(arguments).__name__}"
     import jsonschema
 
+    known = tool.parameters.get("properties", {})
+    if tool.parameters.get("additionalProperties", False) is False and known is not None:
+        extra = [key for key in arguments if key not in known]
+        if extra:  # a function would raise on them: say so the model can mend the call
+            return f"unexpected argument {extra[0]!r}; arguments: {', '.join(known) or 'none'}"
     try:
         jsonschema.validate(arguments, tool.parameters)
     except jsonschema.ValidationError as exc:

@@ -174,7 +174,7 @@ class _Connection:
         # a Transport, which mcp 2.0's Client takes (2.3 also takes the parameters)
         return stdio_client(params)
 
-    async def open(self) -> list[Any]:
+    async def start(self) -> list[Any]:
         """Start, initialize and list the tools; on failure, a one-line ``RuntimeError``."""
         self._stop, self._dead = asyncio.Event(), asyncio.Event()
         listed: asyncio.Future = self.loop.create_future()
@@ -314,7 +314,7 @@ def connect(servers: Sequence[McpServer], toolbox: ToolBox) -> list[McpTool]:
 
 async def _connect(servers: list[McpServer], loop: asyncio.AbstractEventLoop) -> list[McpTool]:
     connections = [_Connection(server, loop) for server in servers]
-    opened = await asyncio.gather(*(c.open() for c in connections), return_exceptions=True)
+    opened = await asyncio.gather(*(c.start() for c in connections), return_exceptions=True)
     failed = [r for r in opened if isinstance(r, BaseException)]
     tools: list[McpTool] = []
     if not failed:

@@ -89,7 +89,11 @@ def assert_finished(done: subprocess.CompletedProcess, run: Path, steps: int, st
 
 @pytest.mark.parametrize(
     "strategy,named",
-    [("ddp", "ddp"), ("fsdp", "fsdp"), ("deepspeed_stage_2", "deepspeed")],
+    [
+        ("ddp", "ddp"),
+        ("fsdp", "fsdp"),
+        pytest.param("deepspeed_stage_2", "deepspeed", marks=pytest.mark.slow),  # ~47 s
+    ],
 )
 def test_fit_on_two_processes(strategy, named, tmp_path):
     if strategy.startswith("deepspeed"):

@@ -111,3 +111,34 @@ def test_the_small_model_judges_answers_through_vllm(judge_url, capsys):
     # a scored verdict is kept; a failure is asked again
     assert [v.cached for v in again] == [v.score is not None for v in first]
     assert [v.score for v in again if v.cached] == [v.score for v in first if v.score is not None]
+
+
+def test_lit_rag_fit_trains_a_tool_agent_on_the_judges_reward(judge_url, tmp_path):
+    """``lit-rag fit``: the tiny tool agent's answers (the answer tool's argument, written here
+    by the recipe's prefix) judged by the served model each step, the judge's signals logged."""
+    import csv
+
+    root = Path(__file__).resolve().parents[2]
+    prefix = '<tool_call>{"name": "answer", "arguments": {"answer": "Kessa"}}</tool_call>'
+    args = [
+        "fit", "--config", str(root / "recipes" / "tiny_tool_agent.yaml"),
+        f"--model.environment.init_args.assistant_prefix={prefix}",
+        "--model.reward=llm_judge", f"--model.reward.init_args.base_url={judge_url}",
+        "--model.reward.init_args.model=judge", "--model.reward.init_args.timeout_s=60",
+        "--trainer.limit_val_batches=0", f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    ]  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("lit-rag")), *args], capture_output=True, text=True,
+        timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    (path,) = tmp_path.glob("*/version_*/metrics.csv")
+    steps = [r for r in csv.DictReader(open(path, encoding="utf-8")) if r.get("reward/total")]
+    assert len(steps) == 2
+    for row in steps:
+        # every episode answered "Kessa": the judge scored it or failed, counted either way
+        judged = 1 - float(row["rollout/judge/failures"]) / 4
+        assert 0.0 <= float(row["reward/judge"]) <= 1.0 and 0.0 <= judged <= 1.0
+        assert row["rollout/judge/score_mean"] != "" or judged == 0
+        assert float(row["rollout/answered"]) == 1.0

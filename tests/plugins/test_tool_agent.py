@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from kit import trajectory
 
 from lit_rag import registry
 from lit_rag.errors import InputError
@@ -162,7 +163,9 @@ def test_failed_calls_become_messages_and_counts_and_budgets_hold(tok, retriever
     }  # fmt: skip
     assert episode.calls == {"fetch": 1, "search": 1}
     tool_turns = [text for mask, text in runs(t, tok) if mask == 0]
-    assert "no passage has id 'p404'" in tool_turns[0] and "'query' is a required" in tool_turns[0]
+    assert (
+        "no passage has id 'p404'" in tool_turns[0] and "unexpected argument 'q'" in tool_turns[0]
+    )
     assert "unknown tool 'lookup'" in tool_turns[0] and "malformed tool call" in tool_turns[0]
     assert "budget (5 per episode) is spent" in tool_turns[1] and " ..." in tool_turns[1]
     assert episode.answer == "Dorvale" and ExactMatchReward()([t]).total.tolist() == [1.0]
@@ -291,3 +294,20 @@ def test_the_models_own_templates_render_the_tool_turns(retriever, template):
     assert "<tool_response>\nDoc 1(Title: Mira Tolvan)" in tool
     assert t.contract.template_mismatch == 0
     assert t.meta["messages"][2]["content"].startswith(think)
+
+
+def test_the_tool_format_reward_pays_well_formed_calls_and_a_tool_answer(tok, retriever):
+    from lit_rag.plugins.rewards.tool_format import ToolFormatReward
+
+    env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes")
+    good = [call("search", query="Kessa") + END, call("answer", answer="Dorvale") + END]
+    bad = ["<tool_call>{oops</tool_call>" + call("search", query="Kessa") + END, "Dorvale" + END]
+    trajectories, _ = rollout(
+        env, tok, [[good[0], bad[0]], [good[1], bad[1]]], examples=(EX2,), group_size=2
+    )
+    rewards = ToolFormatReward()(trajectories)
+    assert rewards.components["calls_ok"].tolist() == [1.0, 0.0]
+    assert rewards.components["answered"].tolist() == [1.0, 0.0]
+    assert rewards.total.tolist() == [1.0, 0.0]
+    with pytest.raises(InputError, match="reward tool_format needs ToolEpisode"):
+        ToolFormatReward()([trajectory()])

@@ -52,6 +52,7 @@ def fit(folder: str, out: Path, server: dict) -> subprocess.CompletedProcess:
                                 {"name": "corpus", "command": [sys.executable, SERVER], **server}
                             ],
                             "assistant_prefix": CALL,
+                            "system_prompt": "",  # the tiny tokenizer spends many tokens
                         },
                     }
                 }
@@ -61,7 +62,7 @@ def fit(folder: str, out: Path, server: dict) -> subprocess.CompletedProcess:
     args = [
         "fit", "--config", RECIPE, "--config", str(extra), f"--model.policy.path={folder}",
         "--model.policy.tiny=null", *TINY_ENGINES["vllm"],
-        "--model.engine.init_args.max_model_len=1024", "--trainer.max_steps=3",
+        "--model.engine.init_args.max_model_len=2048", "--trainer.max_steps=3",
         "--trainer.val_check_interval=3", f"--trainer.default_root_dir={out}",
         f"--trainer.logger.init_args.save_dir={out}",
     ]  # fmt: skip

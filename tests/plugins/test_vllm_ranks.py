@@ -51,6 +51,14 @@ SCRIPTED = {
     "search-fsdp",
     "search-tp2",
 }  # the texts are replaced: no engine/trainer comparison per step
+#: kinds whose fits run with the slow tests (about 25 s each): the default run keeps one of
+#: each strategy family (tensor parallel, DDP, FSDP, DeepSpeed) and the scripted search agents
+SLOW = {"nodes", "fsdp-lora", "deepspeed3-lora"}
+
+
+def kinds(names) -> list:
+    """``names`` as parameters, the :data:`SLOW` ones marked slow."""
+    return [pytest.param(k, marks=pytest.mark.slow) if k in SLOW else k for k in names]
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +158,7 @@ def fits(folder, tmp_path_factory) -> Fits:
     return Fits(folder, tmp_path_factory)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kinds(KINDS))
 def test_each_vllm_holds_the_policy_after_training(fits, kind):
     ranks, _ = fits(kind)
     for rank in ranks:
@@ -166,7 +174,7 @@ def test_each_vllm_holds_the_policy_after_training(fits, kind):
             assert step["local"]["time/weight_sync_s"] > 0
 
 
-@pytest.mark.parametrize("kind", sorted(set(KINDS) - SCRIPTED))
+@pytest.mark.parametrize("kind", kinds(sorted(set(KINDS) - SCRIPTED)))
 def test_every_sampled_token_is_scored_alike_by_vllm_and_the_trainer(fits, kind):
     ranks, _ = fits(kind)
     for rank in ranks:
@@ -176,7 +184,7 @@ def test_every_sampled_token_is_scored_alike_by_vllm_and_the_trainer(fits, kind)
             assert step["local"]["rollout/logprob_diff_max"] < 2e-3, (kind, step["local"])
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kinds(KINDS))
 def test_the_ranks_policies_are_identical_and_moved(fits, kind):
     (first, second), _ = fits(kind)
     assert first["end"] == second["end"]  # DDP / FSDP / ZeRO keep the replicas equal
@@ -187,7 +195,7 @@ def test_the_ranks_policies_are_identical_and_moved(fits, kind):
         assert any("proj" in name for name in moved) and "model.norm.weight" not in moved
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kinds(KINDS))
 def test_ranks_train_the_same_steps_on_different_prompts(fits, kind):
     (first, second), _ = fits(kind)
     assert [s["step"] for s in first["steps"]] == [s["step"] for s in second["steps"]]
@@ -199,7 +207,7 @@ def test_ranks_train_the_same_steps_on_different_prompts(fits, kind):
         assert a["logged"]["reward/total"] == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kinds(KINDS))
 def test_seeds_per_rank_and_per_tensor_parallel_group(fits, kind):
     (first, second), _ = fits(kind)
     if kind.endswith("tp2"):  # one group of two ranks: one seed, one stream of requests
@@ -208,7 +216,7 @@ def test_seeds_per_rank_and_per_tensor_parallel_group(fits, kind):
         assert second["seed"] == first["seed"] + 1
 
 
-@pytest.mark.parametrize("kind", sorted(SCRIPTED))
+@pytest.mark.parametrize("kind", kinds(sorted(SCRIPTED)))
 def test_ranks_with_different_turn_counts(fits, kind):
     (first, second), _ = fits(kind)
     for step, (a, b) in enumerate(zip(first["steps"], second["steps"], strict=True), start=1):

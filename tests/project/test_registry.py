@@ -153,7 +153,8 @@ def test_unknown_kind_lists_kinds() -> None:
         registry.available("rewards")
     assert str(info.value) == (
         "unknown plugin kind 'rewards'; "
-        "known kinds: algorithm, reward, environment, retriever, engine, tool, advantage, policy_loss"
+        "known kinds: algorithm, reward, environment, retriever, engine, tool, advantage, "
+        "policy_loss"
     )
 
 

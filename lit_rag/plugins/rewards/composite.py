@@ -63,6 +63,13 @@ class CompositeReward(Reward):
         values = [1.0] * len(self.rewards) if weights is None else [float(w) for w in weights]
         self.weights = dict(zip(self.names, values, strict=True))
 
+    def metrics(self) -> dict:
+        """The children's own signals (an LLM judge's), as each reports them."""
+        merged: dict = {}
+        for reward in self.rewards:
+            merged.update(reward.metrics() if hasattr(reward, "metrics") else {})
+        return merged
+
     def set_weights(self, weights: dict[str, float]) -> None:
         """Set child weights by name; ``"<child>.<component>"`` keys go to that child.
 

@@ -2,7 +2,8 @@
 
 No paper's reward; ARENA's LJ metric (Appendix C.3) made a training signal. Each trajectory's
 question (``example.question``), gold answers (``example.answers``) and the policy's final
-answer (the last ``<answer>`` block of what it wrote, :func:`~lit_rag.api.final_answer`) go to a
+answer (a tool agent's answer, else the last ``<answer>`` block of what it wrote,
+:func:`~lit_rag.api.final_answer`) go to a
 :class:`~lit_rag.api.Judge` behind an OpenAI-compatible endpoint (``vllm serve``, OpenAI's API).
 
 What we decide:
@@ -35,6 +36,7 @@ from lit_rag.api import (
     JudgeCase,
     Reward,
     RewardBreakdown,
+    ToolEpisode,
     Trajectory,
     Verdict,
     final_answer,
@@ -110,7 +112,11 @@ class LLMJudgeReward(Reward):
         self.last_verdicts: list[Verdict] = []
 
     def answer(self, trajectory: Trajectory) -> str:
-        """The policy's final answer ("" without one)."""
+        """The policy's final answer ("" without one): a tool agent's (its answer tool's
+        argument, :class:`~lit_rag.api.ToolEpisode`), else the ``answer_tag`` block."""
+        episode = ToolEpisode.find(trajectory, "reward llm_judge")
+        if episode is not None:
+            return (episode.answer or "").strip()
         if not self.answer_tag:
             return trajectory.policy_text.strip()
         return (final_answer(trajectory, self.answer_tag) or "").strip()

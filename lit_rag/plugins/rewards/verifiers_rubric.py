@@ -100,7 +100,7 @@ class VerifiersRubricReward(Reward):
             for i in indices:
                 task = env.task_for(trajectories[i].example)
                 items.append((task, self._conversation(env, task, trajectories[i])))
-            for i, scores in zip(indices, env.score(items), strict=True):
+            for i, scores in zip(indices, env.score_conversations(items), strict=True):
                 results[i] = scores
         names = list(dict.fromkeys(name for r in results for name in r.scores))
         for r in results:
