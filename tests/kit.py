@@ -6,6 +6,7 @@ Tests import them as ``from kit import ...`` (``tests/`` is on ``sys.path``); a 
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import zlib
@@ -278,3 +279,35 @@ def isolated(monkeypatch, tmp_path: Path):
     monkeypatch.chdir(tmp_path)
     yield
     registry.clear_cache()
+
+
+def tool_call(name: str, **arguments) -> str:
+    """A hermes tool call as a model writes it."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+class TurnScript(RolloutEngine):
+    """A policy without a model for tool agents: ``turns[k]`` holds the samples of the k-th
+    ``generate`` call, one per prompt, each a text (sampled as the tokenizer encodes it) or a
+    list of ids (a non-canonical tokenization). The text it returns has no special tokens, as
+    vLLM's and the hf engine's; ``prompts`` records each call's prompts."""
+
+    def __init__(self, tokenizer, turns):
+        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
+
+    def generate(self, prompts, params):
+        outputs = []
+        self.prompts.append(prompts)
+        for sample in self.turns.pop(0):
+            ids = (
+                sample
+                if isinstance(sample, list)
+                else self.tokenizer(sample, add_special_tokens=False)["input_ids"]
+            )
+            finished = len(ids) <= params.max_new_tokens
+            ids = ids[: params.max_new_tokens]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            outputs.append(
+                Generation(torch.tensor(ids), torch.full((len(ids),), -0.5), text, finished)
+            )
+        return outputs

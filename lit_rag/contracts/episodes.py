@@ -265,6 +265,26 @@ class EpisodeLoop:
             self._cache[text] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self._cache[text]
 
+    def segment(
+        self, e: Episode, state: str, budget: int, stop: list[str] | None = None
+    ) -> Generate | None:
+        """The episode's next segment with the loop's sampling settings, ``stop`` in place of
+        theirs (None keeps them), at most what is left of ``budget`` completion tokens; None,
+        and the episode ended as truncated (``max_response_tokens``), when nothing is left."""
+        left = budget - len(e.ids)
+        if left <= 0:
+            e.end("max_response_tokens", truncated=True)
+            return None
+        p = self.params
+        params = SamplingParams(
+            max_new_tokens=min(p.max_new_tokens, left),
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            stop=list(p.stop) if stop is None else stop,
+        )
+        return Generate(state, e.context, params)
+
     def run(self, episodes: list[Episode], handlers: dict[str, Handler]) -> list[Episode]:
         """Dispatch every episode's current state (``"start"`` for a new one) with no result,
         then keep collecting and dispatching until no episode waits; returns ``episodes``."""

@@ -7,8 +7,7 @@ import threading
 import time
 
 import pytest
-import torch
-from kit import trajectory
+from kit import TurnScript, tool_call, trajectory
 
 from lit_rag import registry
 from lit_rag.errors import InputError
@@ -16,7 +15,7 @@ from lit_rag.models.tiny import build_tiny_tokenizer
 from lit_rag.plugins.environments.tool_agent import ToolAgentEnvironment
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.plugins.rewards.qa import ExactMatchReward
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
+from lit_rag.rollout.base import SamplingParams
 from lit_rag.tools import ServerDied
 from lit_rag.types import Example, Passage
 
@@ -28,38 +27,6 @@ CORPUS = [
 EX = Example(id="q1", question="Where was Mira Tolvan born?", answers=["Kessa"])
 EX2 = Example(id="q2", question="Which region is Kessa in?", answers=["Dorvale"])
 END = "<|im_end|>"
-
-
-def call(name: str, **arguments) -> str:
-    import json
-
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
-class Script(RolloutEngine):
-    """``turns[k]``: the texts of the k-th generate call, one per prompt. Each text is sampled
-    as the tokenizer encodes it, or as the given id lists (a non-canonical tokenization); the
-    text an engine returns has no special tokens (as vLLM's and the hf engine's)."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
-
-    def generate(self, prompts, params):
-        outputs = []
-        self.prompts.append(prompts)
-        for sample in self.turns.pop(0):
-            ids = (
-                sample
-                if isinstance(sample, list)
-                else self.tokenizer(sample, add_special_tokens=False)["input_ids"]
-            )
-            finished = len(ids) <= params.max_new_tokens
-            ids = ids[: params.max_new_tokens]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            outputs.append(
-                Generation(torch.tensor(ids), torch.full((len(ids),), -0.5), text, finished)
-            )
-        return outputs
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +42,7 @@ def retriever():
 
 
 def rollout(env, tok, turns, examples=(EX,), group_size=1, max_new_tokens=400):
-    engine = Script(tok, turns)
+    engine = TurnScript(tok, turns)
     try:
         out = env.rollout(
             list(examples), engine, group_size, SamplingParams(max_new_tokens=max_new_tokens)
@@ -99,8 +66,8 @@ def runs(trajectory, tok):
 
 def test_a_search_then_answer_episode_is_token_exact_and_matches_a_full_rendering(tok, retriever):
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes")
-    first = "I will search." + call("search", query="Mira Tolvan born") + END
-    (t,), engine = rollout(env, tok, [[first], [call("answer", answer="Kessa") + END]])
+    first = "I will search." + tool_call("search", query="Mira Tolvan born") + END
+    (t,), engine = rollout(env, tok, [[first], [tool_call("answer", answer="Kessa") + END]])
     episode = t.contract
     assert episode.stop_reason == "answer" and episode.answer == "Kessa" and episode.turns == 2
     assert episode.calls == {"search": 1, "answer": 1} and episode.errors == {}
@@ -124,7 +91,7 @@ def test_a_search_then_answer_episode_is_token_exact_and_matches_a_full_renderin
 
 def test_a_non_canonical_sample_is_trained_as_sampled_and_the_mismatch_is_counted(tok, retriever):
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes")
-    text = "founded." + call("search", query="Kessa")
+    text = "founded." + tool_call("search", query="Kessa")
     ids = tok(text, add_special_tokens=False)["input_ids"]
     # "founded." sampled one character at a time: the same text, other ids than a re-encoding
     split = [i for ch in "founded." for i in tok(ch, add_special_tokens=False)["input_ids"]]
@@ -150,10 +117,10 @@ def test_failed_calls_become_messages_and_counts_and_budgets_hold(tok, retriever
         max_calls=5, max_result_tokens=16,
     )  # fmt: skip
     first = (
-        call("fetch", id="p404") + call("search", q="x") + "<tool_call>{oops</tool_call>"
-        + call("lookup", x=1) + END
+        tool_call("fetch", id="p404") + tool_call("search", q="x") + "<tool_call>{oops</tool_call>"
+        + tool_call("lookup", x=1) + END
     )  # fmt: skip
-    second = call("search", query="Kessa") + call("fetch", id="p3") + END
+    second = tool_call("search", query="Kessa") + tool_call("fetch", id="p3") + END
     (t,), _ = rollout(env, tok, [[first], [second], ["Dorvale" + END]], examples=(EX2,))
     episode = t.contract
     # only fetch p404 reached its tool (tool_error); then the fifth call written ran and the
@@ -175,7 +142,7 @@ def test_failed_calls_become_messages_and_counts_and_budgets_hold(tok, retriever
 
 def test_the_turn_and_response_budgets_end_episodes(tok, retriever):
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes", max_turns=1)
-    (t,), _ = rollout(env, tok, [[call("search", query="Kessa") + END]])
+    (t,), _ = rollout(env, tok, [[tool_call("search", query="Kessa") + END]])
     assert t.contract.stop_reason == "max_turns" and t.contract.answer is None
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes", max_response_tokens=40)
     (t,), _ = rollout(env, tok, [["word " * 60 + END]])
@@ -201,7 +168,7 @@ def test_calls_of_different_episodes_run_together(tok, retriever):
     registry.register("tool", "wait", wait)
     try:
         env = ToolAgentEnvironment(tools=["wait", "answer"], chat_template="hermes")
-        turns = [[call("wait", key=str(i)) + END for i in range(4)], ["x" + END] * 4]
+        turns = [[tool_call("wait", key=str(i)) + END for i in range(4)], ["x" + END] * 4]
         trajectories, _ = rollout(env, tok, turns, examples=(EX, EX2), group_size=2)
     finally:
         registry.unregister("tool", "wait")
@@ -221,7 +188,7 @@ def test_a_dead_tool_server_fails_the_episode_or_stops_the_run(tok, retriever):
     registry.register("tool", "remote", remote)
     try:
         env = ToolAgentEnvironment(tools=["remote", "answer"], chat_template="hermes")
-        (t,), _ = rollout(env, tok, [[call("remote", query="x") + END]])
+        (t,), _ = rollout(env, tok, [[tool_call("remote", query="x") + END]])
         assert t.contract.stop_reason == "server_died" and t.contract.answer is None
         assert "exited" in t.contract.failed and env.metrics([t])["failed"] == 1
         assert ExactMatchReward()([t]).total.tolist() == [0.0]
@@ -229,7 +196,7 @@ def test_a_dead_tool_server_fails_the_episode_or_stops_the_run(tok, retriever):
             tools=["remote", "answer"], chat_template="hermes", on_server_death="stop"
         )
         with pytest.raises(InputError, match="exited.*on_server_death: stop"):
-            rollout(env, tok, [[call("remote", query="x") + END]])
+            rollout(env, tok, [[tool_call("remote", query="x") + END]])
     finally:
         registry.unregister("tool", "remote")
 
@@ -267,7 +234,7 @@ def test_an_assistant_prefix_starts_the_first_call_and_stays_out_of_training(tok
     prefix = '<tool_call>{"name": "search", "arguments": {"query": "'
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes", assistant_prefix=prefix)
     first = 'Mira Tolvan"}}</tool_call>' + END
-    (t,), _ = rollout(env, tok, [[first], [call("answer", answer="Kessa") + END]])
+    (t,), _ = rollout(env, tok, [[first], [tool_call("answer", answer="Kessa") + END]])
     assert t.prompt_text.endswith("<|im_start|>assistant\n" + prefix)
     assert t.contract.calls == {"search": 1, "answer": 1} and t.contract.template_mismatch == 0
     assert t.meta["messages"][2]["content"] == prefix + 'Mira Tolvan"}}</tool_call>'
@@ -286,8 +253,8 @@ def test_the_models_own_templates_render_the_tool_turns(retriever, template):
     tok.chat_template = path.read_text(encoding="utf-8")
     env = ToolAgentEnvironment(retriever=retriever)  # chat_template: the tokenizer's own
     think = "<think>\nFind the town.\n</think>\n\n" if template == "qwen3" else ""
-    first = think + call("search", query="Mira Tolvan") + END
-    (t,), _ = rollout(env, tok, [[first], [call("answer", answer="Kessa") + END]])
+    first = think + tool_call("search", query="Mira Tolvan") + END
+    (t,), _ = rollout(env, tok, [[first], [tool_call("answer", answer="Kessa") + END]])
     assert t.token_mismatch == 0 and t.contract.answer == "Kessa"
     assert '"name": "search"' in t.prompt_text and "<tools>" in t.prompt_text
     tool = [text for mask, text in runs(t, tok) if mask == 0][0]
@@ -300,8 +267,11 @@ def test_the_tool_format_reward_pays_well_formed_calls_and_a_tool_answer(tok, re
     from lit_rag.plugins.rewards.tool_format import ToolFormatReward
 
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes")
-    good = [call("search", query="Kessa") + END, call("answer", answer="Dorvale") + END]
-    bad = ["<tool_call>{oops</tool_call>" + call("search", query="Kessa") + END, "Dorvale" + END]
+    good = [tool_call("search", query="Kessa") + END, tool_call("answer", answer="Dorvale") + END]
+    bad = [
+        "<tool_call>{oops</tool_call>" + tool_call("search", query="Kessa") + END,
+        "Dorvale" + END,
+    ]
     trajectories, _ = rollout(
         env, tok, [[good[0], bad[0]], [good[1], bad[1]]], examples=(EX2,), group_size=2
     )

@@ -5,12 +5,12 @@ and the verifiers_rubric reward."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import require_package
+from kit import TurnScript, tool_call
 
 require_package("verifiers", "pip install 'lit-rag[verifiers]'")
 
@@ -23,38 +23,13 @@ from lit_rag.integrations.verifiers import (  # noqa: E402
 from lit_rag.models.tiny import build_tiny_tokenizer  # noqa: E402
 from lit_rag.plugins.environments.verifiers_env import VerifiersEnvironment  # noqa: E402
 from lit_rag.plugins.rewards.verifiers_rubric import VerifiersRubricReward  # noqa: E402
-from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams  # noqa: E402
+from lit_rag.rollout.base import SamplingParams  # noqa: E402
 from lit_rag.tools.parsers import hermes  # noqa: E402
 from lit_rag.types import Trajectory  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vf_corpus_env"
 ENV = "vf-corpus-env"
 END = "<|im_end|>"
-
-
-def call(name: str, **arguments) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
-class Script(RolloutEngine):
-    """``turns[k]``: the texts of the k-th generate call, one per prompt (as
-    tests/plugins/test_tool_agent.py's)."""
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
-
-    def generate(self, prompts, params):
-        outputs = []
-        self.prompts.append(prompts)
-        for sample in self.turns.pop(0):
-            ids = self.tokenizer(sample, add_special_tokens=False)["input_ids"]
-            finished = len(ids) <= params.max_new_tokens
-            ids = ids[: params.max_new_tokens]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            outputs.append(
-                Generation(torch.tensor(ids), torch.full((len(ids),), -0.5), text, finished)
-            )
-        return outputs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,7 +52,7 @@ def examples():
 
 
 def rollout(env, tok, turns, examples, group_size=1):
-    engine = Script(tok, turns)
+    engine = TurnScript(tok, turns)
     try:
         out = env.rollout(list(examples), engine, group_size, SamplingParams(max_new_tokens=400))
     finally:
@@ -133,7 +108,7 @@ def test_a_scripted_episode_searches_answers_and_the_rubric_scores_it(tok, examp
     ex = examples[0]
     answer = ex.answers[0]
     right = [
-        ["Let me look." + call("search", query="Zarim Foundry headquarters") + END],
+        ["Let me look." + tool_call("search", query="Zarim Foundry headquarters") + END],
         [answer + END],
     ]
     (t,), engine = rollout(env, tok, right, [ex])
@@ -210,7 +185,7 @@ def test_a_trajectory_without_the_environment_meta_is_scored_from_its_messages(e
     ex = examples[1]
     messages = [
         *ex.meta["verifiers_messages"],
-        {"role": "assistant", "content": call("search", query="x")},
+        {"role": "assistant", "content": tool_call("search", query="x")},
         {"role": "tool", "name": "search", "content": "r"},
         {"role": "assistant", "content": f"  {ex.answers[0].upper()}. "},
     ]

@@ -57,7 +57,6 @@ from lit_rag.api import (
     Episode,
     EpisodeLoop,
     Example,
-    Generate,
     Generation,
     Piece,
     Request,
@@ -353,19 +352,7 @@ class SearchAgentEnvironment(RetrievalEnvironment):
 
     def _segment(self, loop: EpisodeLoop, e: Episode, state: str, stops: list[str]) -> Request:
         """The episode's next segment, at most what is left of its token budget."""
-        left = self.max_response_tokens - len(e.ids)
-        if left <= 0:
-            e.end("max_response_tokens", truncated=True)
-            return None
-        p = loop.params
-        segment = SamplingParams(
-            max_new_tokens=min(p.max_new_tokens, left),
-            temperature=p.temperature,
-            top_p=p.top_p,
-            top_k=p.top_k,
-            stop=stops,
-        )
-        return Generate(state, e.context, segment)
+        return loop.segment(e, state, self.max_response_tokens, stops)
 
     def _accept(self, e: Episode, gen: Generation) -> bool:
         """Append a segment; False when it used up the token budget (the episode ends)."""

@@ -53,7 +53,6 @@ from lit_rag.api import (
     Episode,
     EpisodeLoop,
     Example,
-    Generate,
     Generation,
     InputError,
     McpServer,
@@ -272,19 +271,7 @@ class ToolAgentEnvironment(Environment):
         if e.meta["turns"] >= self.max_turns:
             e.end("max_turns")
             return None
-        left = self.max_response_tokens - len(e.ids)
-        if left <= 0:
-            e.end("max_response_tokens", truncated=True)
-            return None
-        p = loop.params
-        turn = SamplingParams(
-            max_new_tokens=min(p.max_new_tokens, left),
-            temperature=p.temperature,
-            top_p=p.top_p,
-            top_k=p.top_k,
-            stop=p.stop,
-        )
-        return Generate("assistant", e.context, turn)
+        return loop.segment(e, "assistant", self.max_response_tokens)
 
     def _assistant(self, loop: EpisodeLoop, e: Episode, gen: Generation) -> Request:
         """An assistant turn came back: no call ends the episode with the message as the
