@@ -176,7 +176,7 @@ def test_calls_of_different_episodes_run_together(tok, retriever):
     assert all(t.contract.calls == {"wait": 1} for t in trajectories)
 
 
-def test_a_dead_tool_server_fails_the_episode_or_stops_the_run(tok, retriever):
+def test_a_dead_tool_server_fails_the_episode_or_stops_the_run(tok, retriever, capsys):
     def remote(query: str) -> str:
         """A remote search.
 
@@ -191,6 +191,8 @@ def test_a_dead_tool_server_fails_the_episode_or_stops_the_run(tok, retriever):
         (t,), _ = rollout(env, tok, [[tool_call("remote", query="x") + END]])
         assert t.contract.stop_reason == "server_died" and t.contract.answer is None
         assert "exited" in t.contract.failed and env.metrics([t])["failed"] == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()  # one line, once
+        assert "exited" in line and "the episodes that call remote fail" in line
         assert ExactMatchReward()([t]).total.tolist() == [0.0]
         env = ToolAgentEnvironment(
             tools=["remote", "answer"], chat_template="hermes", on_server_death="stop"

@@ -101,6 +101,8 @@ def test_a_server_that_dies_mid_run_fails_its_episodes_and_the_run_goes_on(folde
     assert float(rows[0]["rollout/failed"]) == 0 and float(rows[1]["rollout/failed"]) == 1
     assert float(rows[1]["rollout/tool_errors/server_died"]) >= 1
     assert float(rows[1]["reward/total"]) == 0  # a failed episode gives no answer
+    said = [line for line in done.stderr.splitlines() if "the episodes that call search" in line]
+    assert len(said) == 1 and "mcp server 'corpus'" in said[0], done.stderr[-3000:]
 
 
 def test_on_death_stop_stops_the_run_with_one_line(folder, tmp_path):

@@ -40,6 +40,7 @@ response.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Any
 
@@ -151,6 +152,7 @@ class ToolAgentEnvironment(Environment):
         self.assistant_prefix = assistant_prefix
         self._check_settings()
         self._toolbox: ToolBox | None = None
+        self._dead: set[str] = set()  # tools whose server was reported dead
 
     def _check_settings(self) -> None:
         if "{question}" not in self.prompt_template:
@@ -325,6 +327,7 @@ class ToolAgentEnvironment(Environment):
             e.meta["failed"] = died[0].text.removeprefix("Error: ")
             e.meta["answer"] = None
             e.end("server_died")
+            self._say_died(died[0])
             return None
         for result in results:
             if (
@@ -339,6 +342,20 @@ class ToolAgentEnvironment(Environment):
         e.meta["messages"].extend(self._tool_message(loop, e, r) for r in results)
         self._insert_tool_turn(loop, e)
         return None if e.done else self._next_turn(loop, e)
+
+    def _say_died(self, result: ToolResult) -> None:
+        """One stderr line the first time a tool's server is found dead (its episodes fail)."""
+        name = result.call.name if result.call is not None else "?"
+        if name in self._dead:
+            return
+        self._dead.add(name)
+        why = result.text.removeprefix("Error: ")
+        print(
+            f"lit-rag: tool_agent: {why}; the episodes that call {name} fail "
+            "(on_server_death: fail_episode)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _tool_message(self, loop: EpisodeLoop, e: Episode, result: ToolResult) -> dict:
         text = result.text
