@@ -282,7 +282,6 @@ class ToolAgentEnvironment(Environment):
         e.meta["turns"] += 1
         text = gen.text if e.meta["turns"] > 1 else self.assistant_prefix + gen.text
         e.meta["messages"].append({"role": "assistant", "content": text})
-        e.meta["last_generation"] = gen
         if len(e.ids) >= self.max_response_tokens and not gen.finished:
             e.steps.append(Step(action="truncated", text=text))
             e.end("max_response_tokens", truncated=True)
@@ -388,7 +387,7 @@ class ToolAgentEnvironment(Environment):
         with_assistant = self.render(tokenizer, messages[:-tool_count], add_generation_prompt=False)
         full = self.render(tokenizer, messages, add_generation_prompt=True)
         sampled = tokenizer.decode(
-            e.meta["last_generation"].token_ids.tolist(), skip_special_tokens=False
+            e.turns[-1].generation.token_ids.tolist(), skip_special_tokens=False
         )
         assistant = (
             with_assistant[len(e.meta["rendered"]) :]
