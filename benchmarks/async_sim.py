@@ -42,6 +42,10 @@ prints predicted vs measured mean step time (``time/step_s``, else the parts' su
 ``--warmup`` + 1 on), PASS within 20% or FAIL; exit status 0 either way.
 
     python benchmarks/async_sim.py --check RUN_COLOCATED RUN_K0 RUN_K1
+
+It reads run folders and simulates in seconds: ``--quick``, which the other benchmarks take, is
+accepted and changes nothing. Under the output: the date, commit, machine, library versions and
+the command with every option spelled out (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
+import _bench
 import numpy as np
 
 TOLERANCE = 0.20  # --check: PASS when |predicted - measured| <= 20% of measured
@@ -448,7 +453,6 @@ def run_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     for line in assumptions(args, c):
         print(f"  - {line}")
     print_table(compare(m, c, args.staleness, args.steps, args.seed), c.episodes)
-    print(f"command: {command(parser, args)}")
 
 
 def replay(m: CostModel, w: Workload, staleness: int) -> Timeline:
@@ -538,11 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _bench.parse_args(parser, {}, argv, note="already quick (it reads files)")
     if args.check:
         check(*args.check, args.warmup, args.sync_outside_update)
+        _bench.print_provenance(__file__, argv)
     elif args.run:
         run_cluster(parser, args)
+        _bench.print_provenance(__file__, command=command(parser, args))
     else:
         parser.error("give a run folder, or --check COLOCATED K0 K1")
     return 0

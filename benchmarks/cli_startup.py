@@ -13,9 +13,14 @@ PYTHONPATH), e.g. an older commit for a before/after comparison:
     mkdir /tmp/old && git archive HEAD~1 | tar -x -C /tmp/old
     python benchmarks/cli_startup.py --src /tmp/old
 
-Run (about a minute on 2 cores, most of it ``fit --help``):
+Run (about a minute on 2 cores, most of it ``fit --help``; ``--quick``: 2 timed runs per
+command instead of 5):
 
     python benchmarks/cli_startup.py
+    python benchmarks/cli_startup.py --quick
+
+Under the table: the date, commit, machine, library versions and command
+(``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import _bench
+
 TARGET_S = 2.0
+#: --quick: fewer timed runs per command (each still after its untimed warm-up)
+QUICK = {"repeats": 2}
 
 
 def _launcher() -> list[str]:
@@ -72,11 +81,11 @@ def _commands(index: str) -> dict[str, tuple[list[str], bool]]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per command (default 5)")
     parser.add_argument("--src", default=None, help="folder holding the lit_rag package to time")
-    args = parser.parse_args()
+    args = _bench.parse_args(parser, QUICK, argv)
     launcher, env = _launcher(), _env(args.src)
     load_before = os.getloadavg()[0]
     folder = tempfile.mkdtemp(prefix="lit_rag_cli_startup_")
@@ -85,9 +94,9 @@ def main() -> None:
         build = ["index", "build", "--corpus", "synthetic", "--retriever", "bm25", "--out", index]
         _run([*launcher, *build], env)
         rows = []
-        for label, (argv, has_target) in _commands(index).items():
-            _run([*launcher, *argv], env)  # warm-up, untimed
-            times = [_run([*launcher, *argv], env) for _ in range(args.repeats)]
+        for label, (words, has_target) in _commands(index).items():
+            _run([*launcher, *words], env)  # warm-up, untimed
+            times = [_run([*launcher, *words], env) for _ in range(args.repeats)]
             median = statistics.median(times)
             met = ("yes" if median < TARGET_S else "no") if has_target else "no target"
             spread = f"{min(times):.2f} | {max(times):.2f}"
@@ -96,14 +105,13 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     print(
         f"launcher: {shlex.join(launcher)}; lit_rag from: {args.src or 'this environment'}; "
-        f"{os.cpu_count()} CPUs; load average {load_before:.2f} before, "
+        f"load average {load_before:.2f} before, "
         f"{os.getloadavg()[0]:.2f} after; {args.repeats} runs per command\n"
     )
     print(f"| command | median s | min s | max s | under {TARGET_S:g} s |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
-    src = f" --src {shlex.quote(args.src)}" if args.src else ""
-    print(f"\nreproduce: python benchmarks/cli_startup.py --repeats {args.repeats}{src}")
+    _bench.print_provenance(__file__, argv)
 
 
 if __name__ == "__main__":

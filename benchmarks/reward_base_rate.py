@@ -5,6 +5,11 @@ recipe: each component's mean should sit between the extremes, and the fraction 
 with reward variance should be well above zero.
 
     python benchmarks/reward_base_rate.py --config recipes/quickstart.yaml --prompts 8
+    python benchmarks/reward_base_rate.py --config recipes/quickstart.yaml --quick  # 4 x 2
+
+The rollout runs at the recipe's ``trainer.precision`` as ``lit-rag fit`` resolves it (``auto``:
+bf16 autocast where the CPU computes bf16 natively, else fp32); the output names it, and ends
+with the date, commit, machine, library versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -12,12 +17,16 @@ from __future__ import annotations
 import argparse
 import time
 
+import _bench
 import torch
 
 from lit_rag.cli.commands import build_cli
 
+#: --quick: fewer prompts, groups of two (the smallest with a variance); same tokens per sample
+QUICK = {"prompts": 4, "group_size": 2}
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--prompts", type=int, default=8)
@@ -26,7 +35,7 @@ def main() -> None:
     parser.add_argument(
         "overrides", nargs="*", help="extra CLI overrides, e.g. --model.sampling.max_new_tokens=96"
     )
-    args, extra = parser.parse_known_args()
+    args, extra = _bench.parse_args(parser, QUICK, argv, known=True)
     cli = build_cli(["--config", args.config, *extra, *args.overrides], run=False)
     module, data = cli.model, cli.datamodule
     module.configure_model()
@@ -35,7 +44,8 @@ def main() -> None:
     group = args.group_size or module.group_size
     torch.manual_seed(0)
     started = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in str(cli.trainer.precision)):
+    precision = str(cli.trainer.precision)  # auto resolved for this machine
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled="bf16" in precision):
         trajectories = module.rollout(examples, module.sampling, group)
     seconds = time.perf_counter() - started
     rewards = module.reward(trajectories)
@@ -50,7 +60,7 @@ def main() -> None:
     prompt_tokens = sum(t.prompt_ids.numel() for t in trajectories[::group]) / len(examples)
     print(
         f"recipe: {args.config}; {len(examples)} prompts x {group} samples; "
-        f"mean prompt {prompt_tokens:.0f} tokens; rollout {seconds:.1f} s"
+        f"mean prompt {prompt_tokens:.0f} tokens; precision {precision}; rollout {seconds:.1f} s"
     )
     print(f"{'component':<14}{'mean':>8}{'min':>8}{'max':>8}")
     for name, values in {"total": rewards.total, **rewards.components}.items():
@@ -66,6 +76,7 @@ def main() -> None:
         print(f"{name:<20}{float(value):>8.3f}  (mean per trajectory)")
     prepared = module.algorithm.prepare(trajectories, module.reward(trajectories))
     print("algorithm:", ", ".join(f"{k} {float(v):.3f}" for k, v in prepared.metrics.items()))
+    _bench.print_provenance(__file__, argv)
     for t in trajectories[: args.show]:
         print("----", t.example.answers, "\n" + t.text)
 

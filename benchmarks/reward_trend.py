@@ -1,19 +1,26 @@
 """Did the reward rise? Mean of each reward component over the first and last fifth of a run.
 
-python benchmarks/reward_trend.py runs/quickstart/version_0/metrics.csv
+    python benchmarks/reward_trend.py runs/quickstart/version_0/metrics.csv
+
+It reads one file in a moment: ``--quick``, which the other benchmarks take, is accepted and
+changes nothing. Under the table: the date, commit, machine, library versions and command
+(``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
-import sys
+
+import _bench
 
 
-def main() -> None:
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    path = sys.argv[1]
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("metrics", help="a run's metrics.csv (Lightning's CSVLogger)")
+    args = _bench.parse_args(parser, {}, argv, note="already quick (it reads one file)")
+    path = args.metrics
     every = list(csv.DictReader(open(path, encoding="utf-8")))
     rows = [r for r in every if r.get("reward/total")]
     if not rows:
@@ -43,6 +50,7 @@ def main() -> None:
                 "validation:",
                 {k: round(float(v), 3) for k, v in r.items() if k.startswith("val/") and v},
             )
+    _bench.print_provenance(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,19 @@ Two workloads, each run through both engines (SmolLM2-135M-Instruct, the recipes
    share of the rollout spent inside vLLM's steps (the rest is the environment's own work
    between steps: handlers, retrieval, tokenizing).
 
-The ``hf`` engine runs as the trainer runs it under ``precision: bf16-mixed`` (fp32 weights,
-bf16 autocast); ``vllm`` in bf16, eager (``enforce_eager``), prefix caching on. Each engine
+Both engines run at the precision ``lit-rag fit`` gives them on this machine (``--precision
+auto``, the default): the ``hf`` engine as the trainer runs it under the recipe's
+``trainer.precision`` (``auto``: ``bf16-mixed``, fp32 weights under bf16 autocast, where the CPU
+computes bf16 natively, else ``32-true``), ``vllm`` in the recipe engine's ``dtype`` (``native``:
+bfloat16 there, else float32), eager (``enforce_eager``), prefix caching on. ``--precision
+bf16`` or ``fp32`` forces one for both, for comparisons; the output names what ran. Each engine
 generates once before it is timed (vLLM's first call warms its kernels up; its load time is
 reported separately). Speed-ups are ratios of generated tokens/s, since the engines' samples
-stop at different lengths. The last line is the single-turn ratio.
+stop at different lengths. The last line is the single-turn ratio; under it, the date, commit,
+machine, library versions and command (``benchmarks/_bench.py``).
 
     python benchmarks/rollout.py --prompts 8 --group-size 4 --new-tokens 64 --turns 3
+    python benchmarks/rollout.py --quick     # a few minutes: 2 prompts x 2, 16 tokens, 2 turns
 
 Needs the synthetic BM25 index of the quickstarts; it is built if missing (a few seconds).
 """
@@ -49,6 +55,7 @@ import os
 import time
 from pathlib import Path
 
+import _bench
 import torch
 
 from lit_rag.cli.commands import build_cli
@@ -57,10 +64,13 @@ from lit_rag.plugins.engines.vllm.engine import VLLMEngine
 from lit_rag.rollout.base import RolloutEngine, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
+#: --quick: the same table on the smallest sizes that still take every path
+QUICK = {"prompts": 2, "group_size": 2, "new_tokens": 16, "turns": 2, "repeats": 1}
 
 
 def load(recipe: str, extra: list[str]):
-    """The recipe's policy module (model loaded, eval mode) and its first training examples."""
+    """The recipe's policy module (model loaded, eval mode), its first training examples and
+    its ``trainer.precision`` as ``lit-rag fit`` resolves it (``auto`` for this machine)."""
     cli = build_cli(
         ["--config", str(ROOT / "recipes" / recipe), "--model.engine=hf", *extra], run=False
     )
@@ -68,7 +78,16 @@ def load(recipe: str, extra: list[str]):
     module.configure_model()
     module.model.eval()
     data.setup("fit")
-    return module, data.train_examples()
+    return module, data.train_examples(), str(cli.trainer.precision)
+
+
+def recipe_dtype(recipe: str) -> str:
+    """The ``dtype`` of the recipe's engine (``native`` when it names none)."""
+    from lit_rag.cli.recipe_args import load_recipe
+
+    engine = (load_recipe(str(ROOT / "recipes" / recipe)).get("model") or {}).get("engine")
+    init = engine.get("init_args") if isinstance(engine, dict) else None
+    return str((init or {}).get("dtype", "native"))
 
 
 class Steps:
@@ -103,22 +122,22 @@ class Steps:
             del self.core.step  # the class's own method again
 
 
-def timed(fn, engine, engine_name: str):
-    """Run ``fn`` as the trainer would for that engine, from a cold prefix cache (vLLM);
-    (result, seconds, :class:`Steps`)."""
+def timed(fn, engine, autocast: bool):
+    """Run ``fn`` as the trainer would for that engine (``autocast``: the hf engine under
+    ``bf16-mixed``), from a cold prefix cache (vLLM); (result, seconds, :class:`Steps`)."""
     if getattr(engine, "_llm", None) is not None:
         engine._llm.reset_prefix_cache()  # no run reuses the KV blocks of the one before
     started = time.perf_counter()
     with (
         torch.no_grad(),
-        torch.autocast("cpu", dtype=torch.bfloat16, enabled=engine_name == "hf"),
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
         Steps(engine) as steps,
     ):
         result = fn()
     return result, time.perf_counter() - started, steps
 
 
-def single_turn(module, examples, engine, name: str, args) -> dict:
+def single_turn(module, examples, engine, autocast: bool, args) -> dict:
     params = SamplingParams(
         max_new_tokens=args.new_tokens, temperature=0.9, stop=module.sampling.stop
     )
@@ -126,7 +145,7 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
     env.rollout(examples[:1], engine, 1, SamplingParams(max_new_tokens=4))  # warm-up
     torch.manual_seed(0)
     trajectories, seconds, steps = timed(
-        lambda: env.rollout(examples, engine, args.group_size, params), engine, name
+        lambda: env.rollout(examples, engine, args.group_size, params), engine, autocast
     )
     prompt = sum(int(t.prompt_ids.numel()) for t in trajectories) / len(trajectories)
     return {
@@ -138,12 +157,10 @@ def single_turn(module, examples, engine, name: str, args) -> dict:
     }
 
 
-def settings(name: str, engine) -> str:
+def settings(name: str, engine, precision: str) -> str:
     """What the engine ran with, so that two runs of this benchmark compare at one look: vLLM's
     constructor arguments as lit-rag passes them, or the hf engine's precision; then the
-    machine (CPU model, AMX, threads, allocator preload) and the library versions."""
-    import platform
-
+    threads and the allocator preload (the machine and versions: the provenance block)."""
     if name == "vllm":
         import vllm
 
@@ -158,29 +175,12 @@ def settings(name: str, engine) -> str:
             "logprobs_mode",
         )
         shown = ", ".join(f"{k}={kwargs.get(k)}" for k in keys)
-        text = f"vllm {vllm.__version__}: {shown}; one request per sample"
+        text = f"vllm {vllm.__version__}: {shown}; one request per sample"  # dtype resolved
     else:
-        text = "hf: transformers generate, fp32 weights under bf16 autocast"
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.processor()
-    )
-    amx = (
-        torch.cpu._is_amx_tile_supported() if hasattr(torch.cpu, "_is_amx_tile_supported") else "?"
-    )
+        how = "under bf16 autocast" if "bf16" in precision else "in fp32"
+        text = f"hf: transformers generate, {precision} (fp32 weights {how})"
     preload = os.environ.get("LD_PRELOAD", "") or "none"
-    return (
-        f"{text}; {cpu}, AMX {amx}, {torch.get_num_threads()} threads, LD_PRELOAD {preload}, "
-        f"torch {torch.__version__}"
-    )
+    return f"{text}; {torch.get_num_threads()} threads, LD_PRELOAD {preload}"
 
 
 BM25 = '{"class_path": "bm25", "init_args": {"index": "indexes/synthetic-bm25"}}'
@@ -224,7 +224,7 @@ class Counted(RolloutEngine):
         return done
 
 
-def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
+def multi_turn(module, examples, engine, autocast: bool, kind: str, args) -> dict:
     """``--repeats`` runs of the environment's episodes, each followed by its reference (see the
     module docstring); the per-run figures and the median cost per token."""
     env, tok = module.environment, module.tokenizer
@@ -245,14 +245,14 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
         else:
             run = functools.partial(env.rollout, examples, counted, args.group_size, params)
         torch.manual_seed(repeat)
-        _, seconds, steps = timed(run, engine, name)
+        _, seconds, steps = timed(run, engine, autocast)
         # the reference: the same first prompts, one call, as many new tokens per row
         budget = SamplingParams(
             max_new_tokens=max(1, round(counted.tokens / n)), temperature=params.temperature
         )
         torch.manual_seed(repeat)
         generations, single_s, single_steps = timed(
-            functools.partial(engine.generate, repeated, budget), engine, name
+            functools.partial(engine.generate, repeated, budget), engine, autocast
         )
         single_tokens = sum(int(g.token_ids.numel()) for g in generations)
         runs.append(
@@ -274,13 +274,14 @@ def multi_turn(module, examples, engine, name: str, kind: str, args) -> dict:
     return {**median, "costs": [r["cost"] for r in runs]}
 
 
-def make_engine(name: str, module) -> tuple[object, float]:
-    """The engine bound to the module's policy, and its load time (vLLM's build + first push)."""
+def make_engine(name: str, module, dtype: str) -> tuple[object, float]:
+    """The engine bound to the module's policy, and its load time (vLLM's build + first push);
+    ``dtype``: vLLM's (``native`` is resolved by the engine, as in a recipe)."""
     if name == "hf":
         engine = HFEngine()
         engine.bind(module.model, module.tokenizer)
         return engine, 0.0
-    engine = VLLMEngine(dtype="bfloat16", enforce_eager=True, kv_cache_gib=2)
+    engine = VLLMEngine(dtype=dtype, enforce_eager=True, kv_cache_gib=2)
     engine.bind(module.model, module.tokenizer)
     started = time.perf_counter()
     engine.generate([[module.tokenizer.eos_token_id or 0]], SamplingParams(max_new_tokens=1))
@@ -295,7 +296,7 @@ def ensure_index() -> None:
         index_main(["build", "--corpus", "synthetic", "--retriever", "bm25", "--out", str(index)])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
@@ -314,7 +315,8 @@ def main() -> None:
         default=",".join(MULTI_TURN),
         help=f"multi-turn environments to measure, of {', '.join(MULTI_TURN)}",
     )
-    args = parser.parse_args()
+    _bench.add_precision(parser, "both engines")
+    args = _bench.parse_args(parser, QUICK, argv)
     engines, kinds = args.engines.split(","), args.environments.split(",")
     unknown = [k for k in kinds if k not in MULTI_TURN]
     if unknown:
@@ -322,27 +324,41 @@ def main() -> None:
             f"--environments: unknown {', '.join(unknown)}; allowed: {', '.join(MULTI_TURN)}"
         )
     ensure_index()
-    arena, arena_examples = load("quickstart.yaml", [])
+    forced = (
+        []
+        if args.precision == "auto"
+        else [f"--trainer.precision={_bench.PRECISIONS[args.precision][0]}"]
+    )
+    arena, arena_examples, precision = load("quickstart.yaml", forced)
+    # vLLM: the quickstart engine's dtype (native: bf16 where the CPU computes it), or forced
+    dtype = (
+        recipe_dtype("quickstart.yaml")
+        if args.precision == "auto"
+        else _bench.PRECISIONS[args.precision][1]
+    )
     multi = {}
     for kind in kinds:
         recipe, key, _, overrides = MULTI_TURN[kind]
-        module, examples = load(
-            recipe, [f"--model.environment.init_args.{key}={args.turns}", *overrides]
+        module, examples, _ = load(
+            recipe, [f"--model.environment.init_args.{key}={args.turns}", *overrides, *forced]
         )
         module.environment.setup()
         multi[kind] = (module, examples)
     results: dict[str, dict] = {}
     for name in engines:
-        engine, load_s = make_engine(name, arena)
-        single = single_turn(arena, arena_examples[: args.prompts], engine, name, args)
-        results[name] = {"load_s": load_s, "single": single, "settings": settings(name, engine)}
+        engine, load_s = make_engine(name, arena, dtype)
+        autocast = name == "hf" and "bf16" in precision
+        single = single_turn(arena, arena_examples[: args.prompts], engine, autocast, args)
+        described = settings(name, engine, precision)
+        results[name] = {"load_s": load_s, "single": single, "settings": described}
         for kind, (module, examples) in multi.items():
             # same base model: vLLM re-syncs, no rebuild
             engine.bind(module.model, module.tokenizer)
             results[name][kind] = multi_turn(
-                module, examples[: args.prompts], engine, name, kind, args
+                module, examples[: args.prompts], engine, autocast, kind, args
             )
     report(args, kinds, results)
+    _bench.print_provenance(__file__, argv, libraries=("bm25s",))
 
 
 def report(args, kinds: list[str], results: dict[str, dict]) -> None:
@@ -403,11 +419,6 @@ def report(args, kinds: list[str], results: dict[str, dict]) -> None:
                 f"{inside} |"
             )
     print()
-    print(
-        f"command: python benchmarks/rollout.py --prompts {args.prompts} --group-size "
-        f"{args.group_size} --new-tokens {args.new_tokens} --turns {args.turns} --engines "
-        f"{args.engines} --environments {args.environments} --repeats {args.repeats}"
-    )
     if "hf" in results and "vllm" in results:
         rate = {k: r["single"]["tokens"] / r["single"]["seconds"] for k, r in results.items()}
         for kind in kinds:

@@ -17,29 +17,53 @@ validation EM. Each run's folder is kept for ``benchmarks/async_sim.py --check``
 
     python benchmarks/rollout_workers.py --config recipes/quickstart.yaml --steps 8
     python benchmarks/rollout_workers.py --config recipes/eval_rar_quickstart.yaml --steps 8
+    python benchmarks/rollout_workers.py --quick
+
+``--quick`` (a few minutes): ``recipes/quickstart.yaml`` unless ``--config`` names another, 3
+steps (the fewest with a step time after the first), colocated against ``k=1`` only, 2 prompts a
+step (``--data.batch_size=2``) and one validation batch. Other options go to every ``lit-rag
+fit`` (after --quick's, so they win), e.g. ``--trainer.precision=32-true``; the recipes' own
+``precision: auto`` is bf16 where the CPU computes it natively, else fp32. Under the table: the
+precision that ran, the date, commit, machine, library versions and command
+(``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import os
-import platform
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import _bench
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+#: --quick: the quickstart, 3 steps, colocated against k=1
+QUICK = {"config": "recipes/quickstart.yaml", "steps": 3, "staleness": [1]}
+#: --quick's overrides of every fit, before the user's (the last one given wins)
+QUICK_OVERRIDES = ["--data.batch_size=2", "--trainer.limit_val_batches=1"]
+
+
+def _override(overrides: list[str], key: str) -> str | None:
+    """The value the last ``--key=value`` of ``overrides`` gives, if any."""
+    found = None
+    for arg in overrides:
+        name, eq, value = arg.partition("=")
+        if eq and name == f"--{key}":
+            found = value
+    return found
+
+
+def _precision(recipe: dict, overrides: list[str]) -> str:
+    """The ``trainer.precision`` the fits run at, ``auto`` resolved for this machine."""
+    from lit_rag.models.precision import resolve_precision
+
+    trainer = recipe.get("trainer") or {}
+    asked = _override(overrides, "trainer.precision") or trainer.get("precision", "32-true")
+    accelerator = _override(overrides, "trainer.accelerator") or trainer.get("accelerator")
+    resolved = str(resolve_precision(asked, accelerator))
+    return resolved if resolved == str(asked) else f"{resolved} ({asked} on this machine)"
 
 
 def run(config: str, steps: int, folder: Path, extra: list[str]) -> tuple[Path, float]:
@@ -93,9 +117,12 @@ def summary(path: Path, samples_per_step: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Other options go to every lit-rag fit, e.g. --trainer.precision=32-true.",
+    )
+    parser.add_argument("--config", help="the recipe (required without --quick)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--samples-per-step", type=int, default=None,
@@ -104,13 +131,16 @@ def main() -> None:
     parser.add_argument(
         "--summarize", action="store_true", help="print the table of the runs in --out, run none"
     )
-    args = parser.parse_args()
+    args, overrides = _bench.parse_args(parser, QUICK, argv, known=True)
+    if not args.config:
+        parser.error("--config is required (or --quick: recipes/quickstart.yaml)")
+    overrides = (QUICK_OVERRIDES if args.quick else []) + overrides
     import yaml
 
     recipe = yaml.safe_load(open(args.config, encoding="utf-8"))
-    per_step = args.samples_per_step or (
-        recipe["data"]["batch_size"] * recipe["model"].get("group_size", 4)
-    )
+    batch = _override(overrides, "data.batch_size") or recipe["data"]["batch_size"]
+    group = _override(overrides, "model.group_size") or recipe["model"].get("group_size", 4)
+    per_step = args.samples_per_step or int(batch) * int(group)
     out = Path(args.out) / Path(args.config).stem
     modes = [("colocated", [])] + [
         (f"workers k={k}", ["--model.rollout.workers=1", f"--model.rollout.max_staleness={k}"])
@@ -122,9 +152,13 @@ def main() -> None:
         if args.summarize:
             metrics, seconds = sorted(folder.glob("runs/run/version_*"))[-1] / "metrics.csv", 0.0
         else:
-            metrics, seconds = run(args.config, args.steps, folder, extra)
+            metrics, seconds = run(args.config, args.steps, folder, [*overrides, *extra])
         results.append((name, summary(metrics, per_step), seconds, metrics.parent))
-    print(f"\n{args.config}, {args.steps} steps of {per_step} samples; CPU: {_cpu()}")
+    print(
+        f"\n{args.config}, {args.steps} steps of {per_step} samples; precision "
+        f"{_precision(recipe, overrides)}"
+        + (f"; overrides {shlex.join(overrides)}" if overrides else "")
+    )
     head = ("mode", "step s", "samples/s", "ratio", "rollout wait s", "worker s", "update s",
             "push/sync s", "staleness", "val EM", "wall s")  # fmt: skip
     print("| " + " | ".join(head) + " |")
@@ -139,7 +173,7 @@ def main() -> None:
     print("\nreward per step (same seed):")
     for name, s, _, folder in results:
         print(f"  {name:<12} {s['rewards']}   ({folder})")
-    print("\n" + " ".join(["python", *map(shlex.quote, sys.argv)]))
+    _bench.print_provenance(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,13 @@ memory, rollout batches half as large), not what a second device would: that nee
 
     python benchmarks/scaling.py                       # a 4-layer random model, both engines
     python benchmarks/scaling.py --engine vllm --model smollm2   # SmolLM2-135M's shape
+    python benchmarks/scaling.py --quick     # a few minutes: 4 prompts x 2 samples x 16 tokens
+
+``--precision`` is Lightning's ``trainer.precision``; ``auto``, the default, is what the recipes'
+``precision: auto`` picks on this machine (``bf16-mixed`` where the CPU computes bf16 natively,
+else ``32-true``); the vllm engine runs in bfloat16 under a bf16 precision, else in float32. The
+output names the precision that ran; under the table, the date, commit, machine, library
+versions and command (``benchmarks/_bench.py``).
 
 On a GPU the same script runs there (``--accelerator gpu``); the ratio column is 2-process over
 1-process throughput with the same engine.
@@ -33,19 +40,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _bench
 import torch
 
 SHAPES = {
     "tiny": {"hidden_size": 256, "num_layers": 4, "num_heads": 4},
     "smollm2": {"hidden_size": 576, "num_layers": 30, "num_heads": 9},
 }
+#: --quick: the same table on a smaller step (still 2 timed steps after the warm-up: one alone
+#: is too noisy to compare)
+QUICK = {"global_prompts": 4, "samples": 2, "new_tokens": 16}
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -181,7 +191,7 @@ def run(args: argparse.Namespace, engine: str, devices: int) -> dict:
         *[
             f"--{k.replace('_', '-')}={v}"
             for k, v in vars(args).items()
-            if k not in ("worker", "devices", "out", "engine")
+            if k not in ("worker", "devices", "out", "engine", "quick")
         ],
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, args.threads // devices))}
@@ -232,13 +242,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--precision", default="bf16-mixed")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        help="Lightning's trainer.precision; auto (the default): bf16-mixed where the hardware "
+        "computes bf16 natively, else 32-true, as the recipes' precision: auto",
+    )
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--engine", default="hf,vllm", help="hf, vllm or both (comma-separated)")
     parser.add_argument("--folder", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = _bench.parse_args(parser, QUICK)
     if args.worker:
         return worker(args)
+    from lit_rag.models.precision import resolve_precision
+
+    asked = args.precision
+    args.precision = str(resolve_precision(asked, args.accelerator))  # the workers get it resolved
     engines = [e.strip() for e in args.engine.split(",") if e.strip()]
     if not engines or any(e not in ("hf", "vllm") for e in engines):
         raise SystemExit(f"scaling: error: --engine takes hf, vllm or both, got {args.engine!r}")
@@ -251,7 +270,9 @@ def main() -> None:
     print(
         f"GRPO step, {args.model} shape ({params:.1f}M parameters), global batch "
         f"{args.global_prompts} prompts x {args.samples} samples x {args.new_tokens} new tokens, "
-        f"{args.precision}, {args.threads} threads; {args.steps} timed steps after {args.warmup}"
+        f"{args.precision}"
+        + (" (precision auto on this machine)" if asked == "auto" else "")
+        + f", {args.threads} threads; {args.steps} timed steps after {args.warmup}"
     )
     print(f"matmul peak ({dtype}, 2048^2, {args.threads} threads): {peak / 1e9:.0f} GFLOP/s")
     print(
@@ -268,7 +289,7 @@ def main() -> None:
             f"{r['flops_per_s'] / peak:.1%} | {r['rss_gib']:.2f} GiB | "
             f"{base['wall_s'] / r['wall_s']:.2f}x |"
         )
-    print("command: python benchmarks/scaling.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    _bench.print_provenance(__file__)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,16 @@ of ``--samples`` completions of ``--new-tokens`` tokens after one ``--prompt-tok
   ``--micro-batch-tokens`` token positions as the policy plans them.
 
 Defaults: ARENA's paper setting (prompts of ~2,000 tokens with 10-20 references, 7 samples, 256
-new tokens), fp32, gradient checkpointing on (the paper recipes'). Run it with nothing else on the
-machine::
+new tokens), gradient checkpointing on (the paper recipes'), at the precision ``precision: auto``
+picks on this machine (bf16 autocast over fp32 weights where the CPU computes bf16 natively,
+else fp32; ``--precision bf16|fp32`` forces one). Run it with nothing else on the machine::
 
     python benchmarks/shared_prefix.py [--prompt-tokens 2000 --samples 7 --new-tokens 256]
-        [--precision fp32|bf16] [--no-gradient-checkpointing]
+        [--precision auto|bf16|fp32] [--no-gradient-checkpointing]
+    python benchmarks/shared_prefix.py --quick   # a few minutes: 500 + 4 x 64 tokens
 
 Prints a table (seconds, token positions computed, the speed-up over ``unshared``), the process's
-peak RSS and the command.
+peak RSS, then the date, commit, machine, library versions and command (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import resource
-import sys
 import time
 from pathlib import Path
 
+import _bench
 import torch
 
+#: --quick: one shorter group (the same three ways, the same table)
+QUICK = {"prompt_tokens": 500, "samples": 4, "new_tokens": 64}
 
-def _model(precision: str, checkpointing: bool) -> torch.nn.Module:
+
+def _model(checkpointing: bool) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     from lit_rag.models.loading import convert_gguf, resolve_path
@@ -57,16 +62,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=7)
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--micro-batch-tokens", type=int, default=8192, help="recipes/arena.yaml's")
-    parser.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast"
-    )
+    _bench.add_precision(parser, "bf16: autocast over fp32 weights")
     parser.add_argument(
         "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True
     )
-    args = parser.parse_args(argv)
+    args = _bench.parse_args(parser, QUICK, argv)
+    precision = _bench.resolve_precision(args.precision)  # bf16-mixed or 32-true
 
     torch.manual_seed(0)
-    model = _model(args.precision, args.gradient_checkpointing)
+    model = _model(args.gradient_checkpointing)
     prompt = torch.randint(100, 40000, (args.prompt_tokens,))
     ids = torch.cat(
         [
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         model.zero_grad(set_to_none=True)
         autocast = (
             torch.autocast("cpu", dtype=torch.bfloat16)
-            if args.precision == "bf16"
+            if precision == "bf16-mixed"
             else contextlib.nullcontext()
         )
         start, tokens = time.perf_counter(), 0
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     unshared = results[-1][1]
     print(
-        f"SmolLM2-135M, {args.precision}, gradient checkpointing "
+        f"SmolLM2-135M, {precision} (--precision {args.precision}), gradient checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}: 1 group of {args.samples} x "
         f"({args.prompt_tokens} prompt + {args.new_tokens} new tokens), forward + backward"
     )
@@ -119,10 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         "peak RSS of the process: "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
     )
-    print(
-        "command: python benchmarks/shared_prefix.py "
-        + " ".join(sys.argv[1:] if argv is None else argv)
-    )
+    _bench.print_provenance(__file__, argv)
 
 
 if __name__ == "__main__":

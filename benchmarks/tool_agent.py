@@ -16,31 +16,29 @@ protocol, one table row:
   share of the rollout.
 
     python benchmarks/tool_agent.py --config recipes/tool_agent_quickstart.yaml --prompts 8
-    python benchmarks/tool_agent.py --quick      # 4 prompts x 2 samples
+    python benchmarks/tool_agent.py --quick      # 4 prompts x 2 samples (flags given win)
 
-Measure alone (no other heavy process on the machine): figures go to docs/performance.md.
+The rollout runs at the recipe's ``trainer.precision`` as ``lit-rag fit`` resolves it (``auto``:
+bf16 autocast where the CPU computes bf16 natively, else fp32; ``--trainer.precision=32-true``
+forces one) and the engine at its ``dtype``. Measure alone (no other heavy process on the
+machine): figures go to docs/performance.md, with the date, commit, machine, library versions and
+command printed under the table (``benchmarks/_bench.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
+import _bench
 import torch
 
 from lit_rag.cli.commands import build_cli
+from lit_rag.models.precision import resolve_dtype
 
-
-def cpu_name() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+#: --quick: fewer questions and samples, the same two rows
+QUICK = {"prompts": 4, "group_size": 2}
 
 
 class Counted:
@@ -129,15 +127,15 @@ def measure(name: str, environment, module, examples, group: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Other options go to lit-rag's CLI, e.g. --trainer.precision=32-true.",
+    )
     parser.add_argument("--config", default="recipes/tool_agent_quickstart.yaml")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=None)
-    parser.add_argument("--quick", action="store_true", help="4 prompts x 2 samples")
-    args, extra = parser.parse_known_args()
-    if args.quick:
-        args.prompts, args.group_size = 4, 2
+    args, extra = _bench.parse_args(parser, QUICK, argv, known=True)
     cli = build_cli(["--config", args.config, *extra], run=False)
     module, data = cli.model, cli.datamodule
     module.configure_model()
@@ -155,12 +153,11 @@ def main() -> None:
             rows.append(measure(name, environment, module, examples, group))
     tool_env.close()
     engine = type(module.engine).__name__
+    dtype = getattr(module.engine, "dtype", None)
+    dtype = f" (dtype {dtype}: {resolve_dtype(dtype, None)})" if isinstance(dtype, str) else ""
     print(
-        f"python benchmarks/tool_agent.py --config {args.config} --prompts {args.prompts} "
-        f"--group-size {group} {' '.join(extra)}".rstrip()
-    )
-    print(
-        f"machine: {cpu_name()}, {torch.get_num_threads()} threads; engine {engine}; "
+        f"{args.config}: engine {engine}{dtype}, precision {cli.trainer.precision}, "
+        f"{torch.get_num_threads()} threads; "
         f"{args.prompts} prompts x {group} samples"
     )
     header = (
@@ -176,6 +173,7 @@ def main() -> None:
             f"{r['prompt']:>8.0f}{r['prefill_per_token']:>12.1f}{r['segments']:>9.2f}"
             f"{r['answered']:>9.2f}{render:>10}{share:>9}"
         )
+    _bench.print_provenance(__file__, argv, libraries=("bm25s",))
 
 
 if __name__ == "__main__":

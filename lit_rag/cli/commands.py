@@ -30,6 +30,7 @@ from lit_rag.cli.help import (
 from lit_rag.cli.recipe_args import (
     RecipeError,
     argument_message,
+    check_recipes,
     one_line,
     resolve_args,
     resolve_config,
@@ -53,6 +54,7 @@ __all__ = [
     "USAGE",
     "build_cli",
     "entry",
+    "error_line",
     "help_text",
     "main",
     "plugins_parser",
@@ -66,7 +68,9 @@ __all__ = [
 def build_cli(args: list[str], run: bool = True):
     """The LightningCLI over :class:`PolicyModule` and :class:`QADataModule` (or the recipe's
     own ``model`` and ``data`` classes): :func:`lit_rag.cli.fit.build_cli`, imported here
-    on first use (it imports Lightning)."""
+    on first use (it imports Lightning), once the recipes read well (a missing or broken one is
+    one line in a fraction of a second, not after seconds of imports)."""
+    check_recipes(args)
     from lit_rag.cli.fit import build_cli as build_trainer_cli
 
     return build_trainer_cli(args, run=run)
@@ -152,6 +156,12 @@ def _data(args: list[str]) -> None:
     data_main(args)
 
 
+def _size(args: list[str]) -> None:
+    from lit_rag.cli.size import main as size_main
+
+    size_main(args)
+
+
 #: lit-rag's own commands: each runs with the arguments after its name (the trainer commands
 #: are LightningCLI's, :func:`build_cli`)
 _OWN_COMMANDS = {
@@ -162,11 +172,17 @@ _OWN_COMMANDS = {
     "evaluate": _evaluate,
     "compare": _compare,
     "data": _data,
+    "size": _size,
 }
 
 
 def _run(args: list[str]) -> None:
     """Run the command ``args`` name (a trainer command, or options alone: LightningCLI's)."""
+    if args == ["--version"]:
+        from lit_rag.version import build_version
+
+        print(f"lit-rag {build_version()}")
+        return
     if not args[0].startswith("-") and args[0] not in COMMANDS:
         raise InputError(
             f"unknown command '{args[0]}'; commands: {', '.join(COMMANDS)} (lit-rag --help)"
@@ -222,25 +238,31 @@ def _interrupted() -> SystemExit:
 
 
 def _print_error(exc: Exception, args: list[str]) -> int | None:
-    """Print ``exc`` as one line, ``lit-rag: error: ...``, when the user can act on it (bad
-    input, a full disk or a folder it may not write, vLLM not installed, a hung collective), and
+    """Print ``exc`` as one line, ``lit-rag: error: ...``, when the user can act on it, and
     return the exit code; None for any other error (it keeps its traceback)."""
-    if isinstance(exc, argparse.ArgumentError):  # jsonargparse: unknown key, wrong type
-        command = args[0] if args[0] in TRAINER_COMMANDS else ""
-        line = f"{argument_message(exc)} (options: lit-rag {command} --help)".replace("  ", " ")
-        print(f"lit-rag: error: {line}", file=sys.stderr)
-        return 2
-    if isinstance(exc, (InputError, FileNotFoundError)):
-        print(f"lit-rag: error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    if isinstance(exc, CollectiveError):  # a hang or a lost rank: not the user's input, exit 1
-        print(f"lit-rag: error: {one_line(exc)}", file=sys.stderr, flush=True)
-        return 1
-    line = _missing_vllm(exc) or _unwritable(exc)
-    if line is None:
+    found = error_line(exc, args)
+    if found is None:
         return None
-    print(f"lit-rag: error: {line}", file=sys.stderr)
-    return 2
+    line, code = found
+    print(f"lit-rag: error: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+def error_line(exc: Exception, args: list[str]) -> tuple[str, int] | None:
+    """The line ``lit-rag ARGS`` prints after ``lit-rag: error:`` for ``exc``, and its exit code,
+    when the user can act on it (bad input, a full disk or a folder it may not write, vLLM not
+    installed: 2; a hung collective: 1); None for any other error. The Python entry points
+    (lit_rag/recipe.py) raise the same line as an :class:`InputError`."""
+    if isinstance(exc, argparse.ArgumentError):  # jsonargparse: unknown key, wrong type
+        command = args[0] if args and args[0] in TRAINER_COMMANDS else ""
+        line = f"{argument_message(exc)} (options: lit-rag {command} --help)".replace("  ", " ")
+        return line, 2
+    if isinstance(exc, (InputError, FileNotFoundError)):
+        return one_line(exc), 2
+    if isinstance(exc, CollectiveError):  # a hang or a lost rank: not the user's input, exit 1
+        return one_line(exc), 1
+    line = _missing_vllm(exc) or _unwritable(exc)
+    return (line, 2) if line is not None else None
 
 
 def _unwritable(exc: BaseException) -> str | None:

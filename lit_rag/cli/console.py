@@ -41,11 +41,30 @@ NOISE = (
 VERBOSE_FLAG = "--verbose"
 
 
+#: the values ``--verbose`` may take (``--verbose false``, ``--verbose=true``), as booleans
+VERBOSE_VALUES = {"true": True, "false": False}
+
+
 def split_verbose(args: list[str]) -> tuple[list[str], bool]:
-    """``args`` without ``--verbose``, and whether everything should show (the flag or
-    ``LIT_RAG_VERBOSE=1``)."""
-    loud = VERBOSE_FLAG in args or os.environ.get("LIT_RAG_VERBOSE", "") not in ("", "0")
-    return [a for a in args if a != VERBOSE_FLAG], loud
+    """``args`` without ``--verbose`` (alone, or with ``true`` / ``false``, also after ``=``),
+    and whether everything should show (the flag, or ``LIT_RAG_VERBOSE=1`` unless the flag
+    says false)."""
+    loud = os.environ.get("LIT_RAG_VERBOSE", "") not in ("", "0")
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        key, eq, value = args[i].partition("=")
+        if key != VERBOSE_FLAG or (eq and value.lower() not in VERBOSE_VALUES):
+            rest.append(args[i])  # --verbose=maybe: the command's parser says what is wrong
+        elif eq:
+            loud = VERBOSE_VALUES[value.lower()]
+        elif i + 1 < len(args) and args[i + 1].lower() in VERBOSE_VALUES:
+            loud = VERBOSE_VALUES[args[i + 1].lower()]
+            i += 1
+        else:
+            loud = True
+        i += 1
+    return rest, loud
 
 
 class _ErrorsOnly(logging.Filter):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from jsonargparse import DefaultHelpFormatter
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
@@ -30,6 +31,7 @@ from lit_rag.cli.recipe_args import (
     one_line,
     resolve_args,
 )
+from lit_rag.cli.wording import TrainerParser, reword
 from lit_rag.errors import InputError
 from lit_rag.models.distributed import CollectiveError, collective_failure, failure_line
 
@@ -48,9 +50,24 @@ class LitRagCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """Lightning's Trainer commands that lit-rag runs: :data:`TRAINER_COMMANDS`."""
+        """Lightning's Trainer commands that lit-rag runs (:data:`TRAINER_COMMANDS`), each
+        without the Trainer method's ``verbose``: ``--verbose`` is lit-rag's own option (the
+        warnings of third-party libraries; validate and test always print their results)."""
         commands = LightningCLI.subcommands()
-        return {name: commands[name] for name in TRAINER_COMMANDS}
+        return {name: commands[name] | {"verbose"} for name in TRAINER_COMMANDS}
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        """Lightning's parser of ``subcommand``, with lit-rag's group titles and texts."""
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        reword(parser, subcommand, policy=not self.subclass_mode_model)
+        return parser
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
+        """The Trainer method's arguments, with ``--ckpt_path last`` found on disk."""
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if kwargs.get("ckpt_path") == "last":
+            kwargs["ckpt_path"] = resolve_last(self.trainer, subcommand)
+        return kwargs
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` before anything is built; never take settings from it.
@@ -105,27 +122,50 @@ class LitRagCLI(LightningCLI):
             raise RecipeError(argument_message(exc)) from None
 
     def _run_subcommand(self, subcommand: str) -> None:
-        # Lightning checks val_check_interval against the epoch's batches once the data
-        # is read, with a ValueError: a recipe error, one line like the others
-        try:
+        with run_errors(self.trainer, self._collective_timeout):
             super()._run_subcommand(subcommand)
-        except ValueError as exc:
-            if "`val_check_interval`" not in str(exc):
-                raise
-            raise RecipeError(f"trainer.val_check_interval: {one_line(exc)}") from None
-        except Exception as exc:  # a collective that timed out or lost a rank: one line
-            raise_collective_failure(exc, self.trainer, self._collective_timeout)
-            raise
 
     def after_instantiate_classes(self) -> None:
-        from lit_rag.checkpoints.storage import use_atomic_checkpoints
-
-        use_atomic_checkpoints(self.trainer)
-        check_scale(self.trainer, self.model, self.datamodule)
-        add_run_callbacks(self.trainer)
-        self._collective_timeout = collective_timeout(
-            self.trainer, self._command_config().get("collective_timeout")
+        self._collective_timeout = prepare_run(
+            self.trainer,
+            self.model,
+            self.datamodule,
+            self._command_config().get("collective_timeout"),
         )
+
+
+def prepare_run(trainer, module, datamodule, timeout_s: float | None) -> float | None:
+    """What ``lit-rag fit`` (validate, test) does to the objects it built, before it runs them:
+    checkpoint files a kill cannot break, the settings that depend on the number of processes
+    checked (:func:`check_scale`), the callbacks of every run (:func:`add_run_callbacks`) and
+    the collective timeout (``timeout_s``, None: the accelerator's default); returns the
+    timeout set (None for a single process). Doing it twice changes nothing (the Python entry
+    points, lit_rag/recipe.py, call it on objects built in Python too)."""
+    from lit_rag.checkpoints.storage import use_atomic_checkpoints
+
+    use_atomic_checkpoints(trainer)
+    check_scale(trainer, module, datamodule)
+    add_run_callbacks(trainer)
+    return collective_timeout(trainer, timeout_s)
+
+
+@contextmanager
+def run_errors(trainer, timeout_s: float | None) -> Iterator[None]:
+    """Around a Trainer's fit, validate or test: the errors a user can act on as one line.
+
+    Lightning checks ``val_check_interval`` against the epoch's batches once the data is read,
+    with a ValueError: a recipe error (:class:`RecipeError`). A collective that timed out or lost
+    a rank: :class:`~lit_rag.models.distributed.CollectiveError`. Anything else as it was.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        if "`val_check_interval`" not in str(exc):
+            raise
+        raise RecipeError(f"trainer.val_check_interval: {one_line(exc)}") from None
+    except Exception as exc:
+        raise_collective_failure(exc, trainer, timeout_s)
+        raise
 
 
 def add_run_callbacks(trainer) -> None:
@@ -234,14 +274,22 @@ def check_scale(trainer, module, datamodule) -> None:
 def check_ckpt_path(path: str) -> None:
     """Fail in one line when ``--ckpt_path`` cannot be a checkpoint (cheap: nothing is loaded).
 
-    Lightning's own names (``last``, ``best``, ``hpc``, ``registry:...``) and URLs pass through.
+    ``last`` (found when the run starts, :func:`resolve_last`), Lightning's ``hpc`` (SLURM's
+    requeue) and URLs pass through; ``best`` and ``registry`` are refused: each lit-rag command
+    is a new process, with no earlier fit that ranked its checkpoints, and checkpoints are files.
     """
     import zipfile
 
     from lit_rag.checkpoints.storage import check_checkpoint_file
 
-    if path in ("last", "best", "hpc") or path.startswith("registry") or "://" in path:
+    if path in ("last", "hpc") or "://" in path:
         return
+    if path == "best" or path.startswith("registry"):
+        raise InputError(
+            f"--ckpt_path {path} is not offered: give a checkpoint file "
+            "(runs/NAME/version_N/checkpoints/last.ckpt) or last, the newest checkpoint of "
+            "the recipe's runs; lit-rag compare scores several checkpoints side by side"
+        )
     check_checkpoint_file(path)  # missing, a folder, empty
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, its directory at the end
         raise InputError(
@@ -250,14 +298,60 @@ def check_ckpt_path(path: str) -> None:
         )
 
 
+def resolve_last(trainer, command: str) -> str | None:
+    """``--ckpt_path last``: the newest whole ``.ckpt`` file in the recipe's checkpoint folders
+    (a checkpoint callback's ``dirpath``; else the first logger's ``SAVE_DIR/NAME/*/checkpoints``;
+    else ``DEFAULT_ROOT_DIR/checkpoints``): ``last.ckpt`` where the recipe saves one, else the
+    latest step's (Lightning's own ``last`` finds ``last.ckpt`` files of the run in this process
+    only). None for ``fit`` when there is none yet (training starts from the beginning, said in
+    one line).
+
+    Raises:
+        InputError: ``validate`` or ``test`` and no checkpoint found.
+    """
+    import zipfile
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    folders = [
+        Path(c.dirpath)
+        for c in trainer.checkpoint_callbacks
+        if isinstance(c, ModelCheckpoint) and c.dirpath is not None
+    ]
+    where = ", ".join(str(f) for f in folders)
+    if not folders and trainer.loggers:  # save_dir and name: no collective (log_dir is one)
+        logger = trainer.loggers[0]
+        root = Path(logger.save_dir or trainer.default_root_dir) / str(logger.name or "")
+        folders, where = sorted(root.glob("*/checkpoints")), f"{root}/*/checkpoints"
+    elif not folders:
+        folders = [Path(trainer.default_root_dir) / "checkpoints"]
+        where = str(folders[0])
+    dated = [
+        (path.stat().st_mtime, str(path))
+        for folder in folders
+        for path in folder.glob("*.ckpt")
+        if zipfile.is_zipfile(path)  # a whole file: not a sharded folder, not a cut-off one
+    ]
+    if dated:
+        return max(dated)[1]
+    if command != "fit":
+        raise InputError(
+            f"--ckpt_path last: no checkpoint in {where}; train first (lit-rag fit) "
+            "or give a checkpoint file"
+        )
+    if trainer.global_rank == 0:
+        print(
+            f"lit-rag: --ckpt_path last: no checkpoint in {where} yet; training starts "
+            "from the beginning",
+            file=sys.stderr,
+        )
+    return None
+
+
 #: parser settings for the main parser and each subcommand's: errors raise (printed as one line
 #: by ``lit_rag.cli.commands.main``) and options must be spelled out (``--trainer.max_step`` is not
 #: ``max_steps``)
 _PARSER_KWARGS = {"default_env": False, "exit_on_error": False, "allow_abbrev": False}
-
-
-class TrainerHelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's help formatter, keeping the line breaks of :data:`TRAINER_HELP`."""
 
 
 def build_cli(args: list[str], run: bool = True):
@@ -273,7 +367,6 @@ def build_cli(args: list[str], run: bool = True):
         **_PARSER_KWARGS,
         "prog": "lit-rag",
         "description": DESCRIPTION,
-        "formatter_class": TrainerHelpFormatter,  # the commands' parsers get it from this one
     }
     for name in TRAINER_COMMANDS:
         parser_kwargs[name] = {
@@ -291,6 +384,7 @@ def build_cli(args: list[str], run: bool = True):
             run=run,
             save_config_kwargs={"overwrite": True},
             parser_kwargs=parser_kwargs,
+            parser_class=TrainerParser,
         )
     return LitRagCLI(
         PolicyModule,
@@ -300,4 +394,5 @@ def build_cli(args: list[str], run: bool = True):
         auto_configure_optimizers=False,
         save_config_kwargs={"overwrite": True},
         parser_kwargs=parser_kwargs,
+        parser_class=TrainerParser,
     )

@@ -20,12 +20,14 @@ import argparse
 import inspect
 import json
 import time
+from pathlib import Path
 
 from lit_rag import registry
 from lit_rag.data.readers import FORMATS
 from lit_rag.errors import InputError
 from lit_rag.retrieval.base import IndexedRetriever, Retriever, check_search_args, open_index
 from lit_rag.retrieval.corpus import CORPUS_FORMATS
+from lit_rag.retrieval.documents import PASSAGE_WORDS
 
 _ENCODER_HELP = (
     "dense and hybrid indexes: the encoder the index was built with (default: the "
@@ -67,10 +69,19 @@ INDEX_COMMANDS = {
 _INDEX_HELP = "index folder (written by lit-rag index build or import)"
 
 
+class IndexParser(argparse.ArgumentParser):
+    """argparse for ``lit-rag index`` and its commands (``add_subparsers`` makes theirs of this
+    class too): a usage error is one :class:`InputError` line, not argparse's usage text."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("lit-rag ")
+        raise InputError(f"{command}: {message} (options: {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``lit-rag index`` and its commands (retriever options of ``build`` are
     parsed later, from what this parser leaves)."""
-    parser = argparse.ArgumentParser(
+    parser = IndexParser(
         prog="lit-rag index",
         description=DESCRIPTION,
         epilog=_EXAMPLES,
@@ -107,8 +118,14 @@ def _add_build(sub: argparse._SubParsersAction) -> None:
         required=True,
         help=(
             "FlashRAG / lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file, "
-            "or synthetic[:SEED] (the bundled world)"
+            "synthetic[:SEED] (the bundled world), or a folder of .txt / .md documents"
         ),
+    )
+    build.add_argument(
+        "--passage-words",
+        type=int,
+        default=PASSAGE_WORDS,
+        help=f"a folder's documents: most words a passage holds (default: {PASSAGE_WORDS})",
     )
     build.add_argument(
         "--format",
@@ -367,12 +384,14 @@ def load_index(
 
 
 def build(args: argparse.Namespace, extra: list[str]) -> None:
-    from lit_rag.retrieval.corpus import read_corpus
     from lit_rag.retrieval.storage import atomic_index_dir
 
-    retriever = _new_retriever(args, extra)
-    with atomic_index_dir(args.out) as folder:  # takes the lock before the (long) build
-        passages = read_corpus(args.corpus, args.format)
+    # the lock first (it also puts back an index an interrupted build set aside), then the
+    # corpus, before any model loads
+    with atomic_index_dir(args.out) as folder:
+        check_corpus(args.corpus)
+        retriever = _new_retriever(args, extra)
+        passages = _corpus_passages(args)
         for part in retriever.parts():
             part.show_progress = True
         started = time.perf_counter()
@@ -382,6 +401,33 @@ def build(args: argparse.Namespace, extra: list[str]) -> None:
         f"indexed {len(passages)} passages with {args.retriever} "
         f"in {time.perf_counter() - started:.1f} s -> {args.out}"
     )
+
+
+def check_corpus(corpus: str) -> None:
+    """Fail in one line when ``--corpus`` names no file or folder (before any model loads)."""
+    if corpus == "synthetic" or corpus.startswith("synthetic:") or Path(corpus).exists():
+        return
+    raise InputError(
+        f"index build: corpus file or folder not found: {corpus}; --corpus takes a corpus file "
+        "(FlashRAG or lit-rag JSONL, a HotpotQA / 2Wiki / MuSiQue file), a folder of .txt / .md "
+        "documents, or synthetic[:SEED]"
+    )
+
+
+def _corpus_passages(args: argparse.Namespace) -> list:
+    """The passages of ``--corpus``: a corpus file, or a folder's documents cut into passages
+    (:mod:`lit_rag.retrieval.documents`)."""
+    from lit_rag.retrieval.corpus import read_corpus
+    from lit_rag.retrieval.documents import read_documents
+
+    if not Path(args.corpus).is_dir():
+        return read_corpus(args.corpus, args.format)
+    if args.format != "auto":
+        raise InputError(
+            f"--format {args.format}: a corpus folder is read as documents (.txt, .md); "
+            "--format names the format of a corpus file"
+        )
+    return read_documents(args.corpus, args.passage_words)
 
 
 def search(args: argparse.Namespace) -> None:
@@ -458,6 +504,12 @@ def import_index(args: argparse.Namespace) -> None:
     from lit_rag.plugins.retrievers.faiss_import import import_dense_index
     from lit_rag.retrieval.manifest import Manifest
 
+    for option, path, what in (
+        ("--faiss", args.faiss, "the faiss index file"),
+        ("--corpus", args.corpus, "the FlashRAG corpus JSONL the index was built from"),
+    ):
+        if not Path(path).is_file():
+            raise InputError(f"index import: {option} {path}: file not found; give {what}")
     started = time.perf_counter()
     out = import_dense_index(
         args.faiss,

@@ -92,10 +92,14 @@ def load_recipe(path: str) -> dict:
     """The recipe at ``path``, parsed; a missing file, text that is not UTF-8 or not YAML, or
     YAML that is not a mapping is a :class:`RecipeError` naming the file."""
     file = Path(path)
+    if file.is_dir():
+        raise RecipeError(f"recipe '{path}' is a folder; give a recipe's YAML file")
     if not file.is_file():
         raise RecipeError(f"recipe '{path}' does not exist")
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:  # no permission to read it
+        raise RecipeError(f"recipe '{path}' cannot be read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         line, what = not_utf8_line(file, exc)
         at = f" line {line}" if line is not None else ""
@@ -111,6 +115,15 @@ def load_recipe(path: str) -> dict:
             f"recipe '{path}' must be a mapping of sections (model, data, trainer, ...)"
         )
     return data
+
+
+def check_recipes(args: list[str]) -> None:
+    """Read every ``--config`` recipe of ``args`` (:func:`load_recipe`): a missing, unreadable
+    or broken one fails in one line before Lightning and torch are imported (seconds)."""
+    for i, arg in enumerate(args):
+        key, eq, value = arg.partition("=")
+        if key in ("--config", "-c") and (eq or i + 1 < len(args)):
+            load_recipe(value if eq else args[i + 1])
 
 
 def _renamed(old: str, told: set[str]) -> str:
@@ -148,7 +161,8 @@ def rename_keys(config: dict, path: str, told: set[str]) -> dict:
 
 def _resolve_override(key: str, value: str) -> str:
     parts = key.lstrip("-").split(".")
-    if parts[-1] == "class_path" and len(parts) > 1 and parts[-2] in PLUGIN_KEYS:
+    # --model.reward.help arena: the options of a registered plugin (jsonargparse takes paths)
+    if parts[-1] in ("class_path", "help") and len(parts) > 1 and parts[-2] in PLUGIN_KEYS:
         return registry.class_path(PLUGIN_KEYS[parts[-2]], value)
     if parts[-1] not in PLUGIN_KEYS:
         return value

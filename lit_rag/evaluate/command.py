@@ -53,6 +53,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lit_rag.cli.recipe_args import load_recipe
 from lit_rag.errors import CommandParser, InputError
 from lit_rag.evaluate.protocol import model_entry, protocol
 from lit_rag.evaluate.records import (
@@ -108,7 +109,12 @@ def build_parser() -> CommandParser:
         metavar="MODEL",
         help="untrained (the recipe's policy; the default), .ckpt files, model folders",
     )
-    parser.add_argument("--suite", choices=list(SUITES), help="the benchmark suite")
+    parser.add_argument(
+        "--suite",
+        type=suite_name,
+        metavar="NAME",
+        help=f"the benchmark suite: {', '.join(SUITES)} (_ for -, as lit-rag data writes them)",
+    )
     parser.add_argument(
         "--config", metavar="RECIPE", help="the recipe (default: the suite's recipe)"
     )
@@ -166,6 +172,12 @@ def main(args: list[str]) -> None:
     print(render(suite, records))
 
 
+def suite_name(name: str) -> str:
+    """The suite ``--suite NAME`` names: ``search_r1`` (as ``lit-rag data`` spells the paper) is
+    ``search-r1``."""
+    return name.replace("_", "-")
+
+
 def check_options(options: argparse.Namespace, overrides: list[str]) -> None:
     """Fail in one line on what the parser cannot check: a word that is no option, and (unless
     ``--records`` only prints saved records) no suite, a limit under 1, half a judge."""
@@ -176,6 +188,14 @@ def check_options(options: argparse.Namespace, overrides: list[str]) -> None:
         return
     if options.suite is None:
         raise InputError(f"evaluate: name a suite with --suite ({', '.join(SUITES)})")
+    if options.suite not in SUITES:
+        spelled = ", ".join(name.replace("-", "_") for name in SUITES if "-" in name)
+        raise InputError(
+            f"evaluate: unknown suite {options.suite!r}; suites: {', '.join(SUITES)} "
+            f"(also written {spelled})"
+        )
+    if options.config is not None:
+        load_recipe(options.config)  # a missing or broken recipe: one line, before any model
     if options.limit is not None and options.limit < 1:
         raise InputError(f"evaluate: --limit must be >= 1, got {options.limit}")
     if bool(options.judge) != bool(options.judge_model):

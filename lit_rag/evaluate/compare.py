@@ -5,7 +5,8 @@
     lit-rag compare --config RECIPE CKPT [CKPT ...] [--json OUT] [--no-untrained] [overrides]
 
 One process validates the untrained policy (the recipe's base model, LoRA adapters at their
-initial no-op) and then each checkpoint, on the same validation data with the same greedy
+initial no-op) and then each checkpoint (at least one: the untrained policy alone is
+``lit-rag validate --config RECIPE``), on the same validation data with the same greedy
 decoding, and prints the metrics side by side with each checkpoint's change from the untrained
 policy. ``--json`` also writes them (metric -> value per column) for scripts that aggregate
 seeds. Recipe overrides work as for ``validate`` (``--data.val=FILE`` validates on another file).
@@ -19,6 +20,7 @@ import json
 import warnings
 from pathlib import Path
 
+from lit_rag.cli.recipe_args import load_recipe
 from lit_rag.errors import CommandParser, InputError
 
 USAGE = (
@@ -36,7 +38,8 @@ Validate the untrained policy and each checkpoint, side by side.
 
 One process scores each on the recipe's validation data with the same greedy decoding and
 prints a table: a column per policy, each checkpoint's change from the untrained one. Recipe
-overrides work as for lit-rag validate (--data.val=FILE scores another file)."""
+overrides work as for lit-rag validate (--data.val=FILE scores another file). It takes at
+least one checkpoint; lit-rag validate --config RECIPE scores the untrained policy alone."""
 
 
 def build_parser() -> CommandParser:
@@ -48,7 +51,10 @@ def build_parser() -> CommandParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "checkpoints", nargs="*", metavar="CHECKPOINT", help=".ckpt files of runs of this recipe"
+        "checkpoints",
+        nargs="*",
+        metavar="CHECKPOINT",
+        help=".ckpt files of runs of this recipe (at least one)",
     )
     parser.add_argument(
         "--config", required=True, metavar="RECIPE", help="the recipe the runs were trained with"
@@ -69,10 +75,13 @@ def main(args: list[str]) -> None:
     unknown = [word for word in overrides if not word.startswith("--")]
     if unknown:
         raise InputError(f"compare: {unknown[0]!r} is not an option (usage: {USAGE})")
-    if options.no_untrained and not options.checkpoints:
+    if not options.checkpoints:  # the untrained policy alone takes minutes to say nothing new
         raise InputError(
-            f"compare: nothing to validate: no checkpoint and --no-untrained ({USAGE})"
+            "compare: give at least one checkpoint (lit-rag compare --config RECIPE "
+            "runs/NAME/version_N/checkpoints/last.ckpt ...); the untrained policy alone: "
+            f"lit-rag validate --config {options.config}"
         )
+    load_recipe(options.config)  # a missing or broken recipe: one line before Lightning loads
     columns = compare(
         options.config,
         options.checkpoints,

@@ -60,7 +60,7 @@ def protocol(
     import torch
     import transformers
 
-    import lit_rag
+    from lit_rag.version import build_version
 
     module, data = cli.model, cli.datamodule
     environment = module.environment
@@ -69,7 +69,7 @@ def protocol(
     if "vllm" in sys.modules:
         engine_info["vllm"] = getattr(sys.modules["vllm"], "__version__", "?")
     return {
-        "lit_rag": lit_rag.__version__,
+        "lit_rag": build_version(),
         "recipe": {"path": recipe, "sha256": sha256_file(Path(recipe))},
         "overrides": list(overrides),
         "datasets": {

@@ -23,7 +23,7 @@ how the run is going before the reward curve does.
   ``rollout/token_mismatch`` (trained tokens that are not what the engine sampled; must be 0).
 
 Completion length, truncation, KL, the trainer / engine log-prob gap and the reward per
-component are logged by the step already (``modules/step_metrics.py``). Everything here reads
+component are logged by the step already (``lit_rag/trainer/phases.py``). Everything here reads
 only the policy's own text (``Trajectory.policy_text``) and never raises on what a model wrote.
 """
 

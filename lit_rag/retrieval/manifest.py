@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lit_rag import __version__
 from lit_rag.errors import InputError, first_non_utf8
+from lit_rag.version import build_version
 
 if TYPE_CHECKING:  # lit_rag.types imports torch; the manifest alone does not need it
     from lit_rag.types import Passage
@@ -78,7 +78,8 @@ class Manifest:
         corpus_fingerprint: SHA-256 of the corpus (see ``corpus_fingerprint``).
         passage_count: Number of passages indexed.
         settings: Build settings as actually used (JSON-serializable).
-        lit_rag_version: lit-rag version that built the index.
+        lit_rag_version: lit-rag version that built the index, with the commit of the checkout it
+            ran from (:func:`lit_rag.version.build_version`).
         created: UTC ISO-8601 timestamp of the build.
         files: Relative path -> ``{"bytes": size, "sha256": hex}`` of each file the index reads
             (``sha256`` only up to :data:`HASH_LIMIT`); empty in manifests of lit-rag 0.1.0,
@@ -90,7 +91,7 @@ class Manifest:
     corpus_fingerprint: str
     passage_count: int
     settings: dict[str, Any] = field(default_factory=dict)
-    lit_rag_version: str = __version__
+    lit_rag_version: str = field(default_factory=build_version)
     created: str = field(default_factory=_now)
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
 

@@ -26,6 +26,7 @@ from lit_rag.models.strategies import is_fsdp
 from lit_rag.rng import restore_rng_states, rng_states
 from lit_rag.rollout.weights import strip_wrappers
 from lit_rag.trainer.optimizer import SchedulePlan
+from lit_rag.version import build_version
 
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
@@ -44,8 +45,8 @@ def save_state(
 ) -> None:
     """Add the policy's state to ``checkpoint`` (``on_save_checkpoint``): every rank's RNG states
     (``world_size`` ranks), ``model``'s LoRA adapters alone under ``policy.lora``, ``policy``'s
-    settings and what the model was trained on, ``schedule``'s plan and each of ``plugins``'
-    state under its key."""
+    settings, the lit-rag build that wrote it and what the model was trained on, ``schedule``'s
+    plan and each of ``plugins``' state under its key."""
     checkpoint["rng_states"] = _all_ranks(rng_states(), world_size)
     if policy.lora is not None:
         trainable = {
@@ -54,7 +55,7 @@ def save_state(
         checkpoint["state_dict"] = {
             k: v for k, v in checkpoint["state_dict"].items() if k in trainable
         }
-    checkpoint["lit_rag"] = {"policy": asdict(policy)}
+    checkpoint["lit_rag"] = {"policy": asdict(policy), "version": build_version()}
     record = trained_on(model, policy)
     if record is not None:
         checkpoint["lit_rag"]["trained_on"] = record

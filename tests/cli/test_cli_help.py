@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lit_rag.cli import commands as cli
-from lit_rag.cli import export
+from lit_rag.cli import export, size
 from lit_rag.cli import index as index_cli
 from lit_rag.data.prepare import command as prepare
 from lit_rag.evaluate import command as evaluate
@@ -38,6 +38,7 @@ EXPECTED = {
     "export",
     "data",
     "index",
+    "size",
     "plugins",
 }
 
@@ -52,6 +53,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "export": export.build_parser,
     "data": prepare.build_parser,
     "index": index_cli.build_parser,
+    "size": size.build_parser,
     "plugins": cli.plugins_parser,
 }
 
@@ -126,7 +128,7 @@ def test_predict_is_not_a_command(capsys):
     err = capsys.readouterr().err.strip()
     assert err == (
         "lit-rag: error: unknown command 'predict'; commands: "
-        "fit, validate, test, compare, evaluate, report, export, data, index, plugins "
+        "fit, validate, test, compare, evaluate, report, export, data, index, size, plugins "
         "(lit-rag --help)"
     )
 

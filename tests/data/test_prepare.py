@@ -23,6 +23,7 @@ from lit_rag.data.prepare.sampling import question_key
 from lit_rag.data.readers import read_litrag
 from lit_rag.errors import InputError
 from lit_rag.retrieval.corpus import read_corpus
+from lit_rag.version import build_version
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 needs_shared = pytest.mark.skipif(
@@ -353,7 +354,7 @@ def test_manifest_records_sources_files_and_checksums(tmp_path):
     found = manifest(tmp_path / "out")
     assert found["paper"] == "r2ag" and found["seed"] == 42
     assert found["command"] == "lit-rag " + " ".join(args)
-    assert found["lit_rag_version"] == __import__("lit_rag").__version__
+    assert found["lit_rag_version"] == build_version()
     for name, path in sources.items():
         entry = found["sources"][name]
         assert entry["path"] == str(path.resolve())

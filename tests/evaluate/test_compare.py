@@ -111,6 +111,7 @@ def test_json_is_written(monkeypatch, tmp_path, capsys):
         "lit_rag.evaluate.compare.compare",
         lambda recipe, checkpoints, untrained, overrides: {"untrained": {"val/em": 0.5}},
     )
-    main(["compare", "--config", "r.yaml", "--json", str(tmp_path / "out.json")])
+    recipe = str(RECIPES / "tiny.yaml")
+    main(["compare", "--config", recipe, "a.ckpt", "--json", str(tmp_path / "out.json")])
     assert json.loads((tmp_path / "out.json").read_text()) == {"untrained": {"val/em": 0.5}}
     assert "val/em" in capsys.readouterr().out

@@ -227,7 +227,7 @@ def test_without_a_judge_lj_is_a_dash_and_the_table_says_why():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--suite", "nope"], "invalid choice: 'nope'"),
+        (["--suite", "nope"], "unknown suite 'nope'; suites: search-r1, eval-rar, arena"),
         ([], "name a suite with --suite"),
         (["--suite", "search-r1", "--data", "/nonexistent"], "no test file of suite search-r1"),
         (["--suite", "arena", "--judge", "http://x/v1"], "--judge and --judge-model go together"),

@@ -1,7 +1,8 @@
 """Imports run down the layers (docs/DESIGN.md, "Layers and the public plugin API"), each layer
 a set of folders of ``lit_rag/``:
 
-    commands         cli/, evaluate/, report/, data/prepare/, __main__.py: wire things together
+    commands         cli/, evaluate/, report/, data/prepare/, __main__.py, recipe.py (the
+                     commands from Python): wire things together
     callbacks        callbacks/
     built-in plugins plugins/: algorithms, rewards, environments, retrievers, engines, tools
     public API       api.py
@@ -69,7 +70,7 @@ def test_built_in_plugins_import_only_the_public_api():
 
 #: the folders (and root modules) of each layer above the core, top first
 LAYERS = {
-    "commands": ("cli", "evaluate", "report", "data/prepare", "__main__.py"),
+    "commands": ("cli", "evaluate", "report", "data/prepare", "__main__.py", "recipe.py"),
     "callbacks": ("callbacks",),
     "plugins": ("plugins",),
     "api": ("api.py",),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from glossary import undocumented
 from helpers import assert_finite_metrics, require_package
 from kit import had_signal, lora_moved
 
@@ -44,6 +45,7 @@ def test_quickstart_fits_a_few_steps(tmp_path, monkeypatch):
     steps = [r for r in rows if r.get("reward/total")]
     assert len(steps) == 2
     assert_finite_metrics(rows)  # rewards, losses, KL, timings, validation: no NaN or inf
+    assert undocumented(rows[0].keys()) == []  # docs/metrics.md names every column
     for key in (
         "reward/format",
         "reward/accuracy",

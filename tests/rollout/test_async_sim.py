@@ -15,6 +15,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "async_sim.py"
 
 
 def _load():
+    if str(SCRIPT.parent) not in sys.path:  # its helper, benchmarks/_bench.py, as when run there
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("benchmarks_async_sim", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
@@ -199,11 +201,18 @@ def test_the_cluster_report_prints_a_reproducing_command(tmp_path, capsys):
     assert "fit: rollout_s = " in out and "RMS residual" in out
     for mode in ("colocated", "k=1 (one-step-off)", "k=2", "(best split)"):
         assert mode in out
-    command = next(line for line in out.splitlines() if line.startswith("command: "))
-    argv = shlex.split(command.removeprefix("command: "))[2:]
+    command = next(line for line in out.splitlines() if line.startswith("- command: "))
+    argv = shlex.split(command.removeprefix("- command: "))[2:]
     assert "--prompts-per-step" in argv and argv[argv.index("--prompts-per-step") + 1] == "2"
     assert sim.main(argv) == 0
-    assert capsys.readouterr().out == out  # the same table, seed and all
+    # the same table, seed and all (the provenance block under it has its own date)
+    assert table(capsys.readouterr().out) == table(out)
+    assert "- lit-rag: " in out and "- machine: " in out
+
+
+def table(out: str) -> str:
+    """A report without its provenance block (the lines from ``- date:`` on)."""
+    return out.split("\n- date: ")[0]
 
 
 def check_runs(tmp_path: Path, k1_slowdown: float = 1.0) -> list[str]:

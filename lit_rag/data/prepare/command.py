@@ -311,7 +311,7 @@ def _pool(files: dict[str, list[Example]]) -> tuple[list[Passage], dict[str, lis
 
 
 def _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wiki) -> dict:
-    from lit_rag import __version__
+    from lit_rag.version import build_version
 
     sources = {}
     for name, item in loaded.items():
@@ -328,7 +328,7 @@ def _manifest(spec, command, seed, loaded, plan, written, checksums, absent, wik
         "title": spec.title,
         "command": command,
         "seed": seed,
-        "lit_rag_version": __version__,
+        "lit_rag_version": build_version(),
         "sources": sources,
         "files": {
             name: {
