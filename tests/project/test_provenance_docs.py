@@ -15,7 +15,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PERFORMANCE = ROOT / "docs" / "performance.md"
-MACHINES = ("AMD EPYC Zen 4", "Intel Xeon AMX", "H100", "AMD EPYC, 2 cores")
+MACHINES = (
+    "AMD EPYC Zen 4",
+    "Intel Xeon AMX",
+    "H100",
+    "AMD EPYC, 2 cores",
+    "CPU model was not recorded",
+)
 MEASURED = re.compile(r"^\*Measured\*: (\d{4}-\d{2}-\d{2}), commit `([0-9a-f]{7,40})`, (.+)$")
 WHAT_RAN = "reproduce.md#what-has-run-and-on-what"
 
