@@ -146,6 +146,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{key.replace('_', '-')} must be >= 1")
     if min(args.sizes) < 100:
         p.error("--sizes must be >= 100")
+    if not args._child and "rank-bm25" in args.only and not _bench.installed("rank-bm25"):
+        others = " ".join(side for side in SIDES if side != "rank-bm25")
+        p.error(f"rank-bm25 is not installed: pip install 'lit-rag[bench]', or --only {others}")
     return args
 
 
