@@ -386,11 +386,10 @@ def load_index(
 def build(args: argparse.Namespace, extra: list[str]) -> None:
     from lit_rag.retrieval.storage import atomic_index_dir
 
-    # the lock first (it also puts back an index an interrupted build set aside), then the
-    # corpus, before any model loads
+    retriever = _new_retriever(args, extra)
+    # the lock first (it also puts back an index an interrupted build set aside), then the corpus
     with atomic_index_dir(args.out) as folder:
         check_corpus(args.corpus)
-        retriever = _new_retriever(args, extra)
         passages = _corpus_passages(args)
         for part in retriever.parts():
             part.show_progress = True

@@ -340,10 +340,10 @@ def test_bad_input_is_one_line(source, tmp_path, capsys):
         f"{flat} holds 200 vectors but {short} has 199 passages; faiss row i is corpus line i"
     ) in error(flat, short)
     assert f"{text}: not a readable faiss index (" in error(text, corpus)
-    assert f"{tmp_path / 'gone.index'}: missing; give the faiss index file" in error(
+    assert f"--faiss {tmp_path / 'gone.index'}: file not found; give the faiss index file" in error(
         tmp_path / "gone.index", corpus
     )
-    assert f"dataset file not found: {tmp_path / 'gone.jsonl'}" in error(
+    assert f"--corpus {tmp_path / 'gone.jsonl'}: file not found; give the FlashRAG" in error(
         flat, tmp_path / "gone.jsonl"
     )
     assert "missing field 'contents' (a flashrag corpus row needs: id, contents)" in error(
