@@ -7,7 +7,8 @@ sharding, mixed precision, ZeRO partitioning, the optimizer and checkpoints) is 
 strategy; each subclass changes only what stops it on CPU:
 
 - :class:`CPUFSDP`: Lightning passes ``device_id=None`` on CPU, which torch's FSDP refuses, so
-  the CPU device is passed; and the checkpoint is gathered without the CPU offload (Lightning's
+  the CPU device is passed; ``*-mixed`` autocasts on the CPU as a GPU run does on CUDA
+  (:class:`CPUFSDPPrecision`); and the checkpoint is gathered without the CPU offload (Lightning's
   ``offload_to_cpu=True`` on CPU tensors, nothing to offload, crashes torch 2.13 in FSDP's
   state-dict hook: a segfault, measured). FSDP's own ``cpu_offload`` needs an accelerator
   (torch pins the offloaded shards' memory).
@@ -23,13 +24,37 @@ import contextlib
 import os
 
 import torch
+from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
+
+
+class CPUFSDPPrecision(FSDPPrecision):
+    """Lightning's FSDP precision with the autocast of the device the ranks compute on: its
+    ``*-mixed`` forward context is ``torch.autocast("cuda")``, which leaves CPU operations as they
+    are, so a CPU run would compute where a GPU run autocasts (a LoRA layer's fp32 input against
+    its FSDP-cast bf16 weight: a dtype error no GPU run meets)."""
+
+    def forward_context(self):
+        if "mixed" in self.precision:
+            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
+            return torch.autocast("cpu", dtype=dtype)
+        return super().forward_context()
 
 
 class CPUFSDP(FSDPStrategy):
     """Lightning's FSDP on CPU processes (see the module docstring)."""
 
     strategy_name = "fsdp_cpu"
+
+    @property
+    def precision_plugin(self) -> FSDPPrecision:
+        return FSDPStrategy.precision_plugin.fget(self)
+
+    @precision_plugin.setter
+    def precision_plugin(self, plugin) -> None:
+        if type(plugin) is FSDPPrecision:  # the one Lightning's connector builds
+            plugin = CPUFSDPPrecision(plugin.precision)
+        FSDPStrategy.precision_plugin.fset(self, plugin)
 
     @contextlib.contextmanager
     def model_sharded_context(self):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import torch
 
+from lit_rag.models.precision import sharded_mixed_precision
 from lit_rag.rollout.weights import is_zero3
 
 
@@ -88,13 +89,18 @@ def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
     inside the root unit's forward, and the step's own backward passes (one per micro-batch,
     ``manual_backward``) would fail FSDP's state checks. With the policy as the root, each
     micro-batch is an ordinary root forward and backward. ``use_orig_params`` lets frozen base
-    weights and trainable LoRA adapters share units.
+    weights and trainable LoRA adapters share units. Under ``bf16-mixed`` the units compute in
+    bf16 and reduce gradients in fp32 (:func:`~lit_rag.models.precision.sharded_mixed_precision`)
+    over fp32 master weights (``PolicyModule._hold_masters``).
     """
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy, wrap
 
     from lit_rag.trainer.logprobs import _base_model
 
     overrides: dict = {"use_orig_params": True}
+    mixed = sharded_mixed_precision(strategy.precision_plugin.precision)
+    if mixed is not None and getattr(strategy, "mixed_precision", None) is None:
+        overrides["mixed_precision"] = mixed  # fp32 gradient reduction (a recipe's own wins)
     base = _base_model(model)
     embeddings, head = base.get_input_embeddings(), base.get_output_embeddings()
     if (

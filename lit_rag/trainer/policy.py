@@ -18,6 +18,7 @@ import time
 
 import torch
 from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rag import registry
 from lit_rag.contracts.algorithm import Algorithm, Prepared
@@ -28,6 +29,7 @@ from lit_rag.health.signals import health_metrics
 from lit_rag.metrics.qa import ExactMatch, TokenF1
 from lit_rag.models.facts import has_adapters
 from lit_rag.models.loading import ModelConfig, load_model, load_tokenizer
+from lit_rag.models.precision import PURE_LOW_PRECISION_LINE, hold_masters, master_dtype
 from lit_rag.models.strategies import fsdp_wrap, is_fsdp, outside_zero_init, zero3_reference
 from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
 from lit_rag.rollout.workers.pool import RolloutSettings
@@ -142,6 +144,7 @@ class PolicyModule(LightningModule):
             reference = copy.deepcopy(self.model).eval()
             reference.requires_grad_(False)
             self._reference = [reference]
+        self._hold_masters()
         if self._trainer is not None and is_fsdp(self.trainer.strategy):
             self.model = fsdp_wrap(self.model, self.trainer.strategy)
             # sharded as the policy is: a whole frozen copy per rank would undo the sharding
@@ -158,6 +161,21 @@ class PolicyModule(LightningModule):
             self.algorithm.place(placement)
         self.engine.bind(self.model, self.tokenizer)
         self.update = self._build_update()
+
+    def _hold_masters(self) -> None:
+        """The trained weights in their master dtype (:func:`~lit_rag.models.precision.
+        master_dtype`: fp32 unless the precision is a pure low one), whatever dtype the recipe
+        loads (``policy.dtype``: the reference copied above keeps it); AdamW's states follow the
+        weights. Under FSDP every weight (a unit's are flattened into one tensor of one dtype);
+        FSDP computes in bf16 (:func:`~lit_rag.models.precision.sharded_mixed_precision`)."""
+        trainer = self.trainer if self._trainer is not None else None
+        precision = trainer.precision if trainer is not None else None
+        dtype = master_dtype(precision)
+        sharded = trainer is not None and is_fsdp(trainer.strategy)
+        hold_masters(self.model, dtype, every_weight=sharded)
+        if dtype != torch.float32:
+            name = str(dtype).removeprefix("torch.")
+            rank_zero_warn(PURE_LOW_PRECISION_LINE.format(precision=precision, dtype=name))
 
     def _build_update(self) -> Update:
         """The update of this policy, its reference and the ranks as they now are."""

@@ -273,7 +273,7 @@ class Update:
         forwards are collectives, so a rank with fewer micro-batches runs idle ones, through
         the same ``fn``: the reference's gathers pair with the reference's on the other ranks,
         the policy's with the policy's."""
-        out = torch.zeros(plan.size, plan.width)
+        out = torch.zeros(plan.size, plan.width, dtype=torch.float32)  # bf16-true: not the default
         for s in plan.slices:
             out[s] = fn(plan.batch.rows(s), plan.width).float().cpu()
         if forward_gathers(self.model):

@@ -102,6 +102,36 @@ def test_fit_on_two_processes(strategy, named, tmp_path):
     assert_finished(done, tmp_path / "tiny" / "version_0", 2, named)
 
 
+LORA = '--model.policy.lora={"r": 8, "alpha": 16, "dropout": 0.0}'
+
+
+@pytest.mark.parametrize(
+    "strategy,named,precision,dtype",
+    [
+        ("fsdp", "fsdp", "bf16-mixed", "bfloat16"),  # the paper recipes' pair
+        ("fsdp", "fsdp", "bf16-mixed", "float32"),  # the quickstart's where bf16 is native
+        ("fsdp", "fsdp", "32-true", "float32"),  # the quickstart's elsewhere
+        ("ddp", "ddp", "bf16-mixed", "bfloat16"),
+        pytest.param(
+            "deepspeed_stage_2", "deepspeed", "bf16-mixed", "bfloat16", marks=pytest.mark.slow
+        ),
+    ],
+)
+def test_fit_with_lora_on_two_processes_under_each_precision_a_recipe_picks(
+    strategy, named, precision, dtype, tmp_path
+):
+    """LoRA under every precision a recipe can pick (``auto`` is bf16-mixed or 32-true) and the
+    dtypes recipes load. Under FSDP with bf16-mixed this crashed: a bf16-loaded model at the
+    wrap ("Must flatten tensors with uniform dtype": LoRA's adapters are fp32), an fp32 one at
+    the reference forward ("expected m1 and m2 to have the same dtype": the frozen tied
+    embedding FSDP ignores stayed fp32 where the layers computed in bf16)."""
+    if strategy.startswith("deepspeed"):
+        require_package("deepspeed", "bash scripts/install.sh dev")
+    extra = [f"--trainer.precision={precision}", f"--model.policy.dtype={dtype}", LORA]
+    done = lit_rag("fit", *tiny_args(tmp_path, strategy, "--trainer.max_steps=2", *extra))
+    assert_finished(done, tmp_path / "tiny" / "version_0", 2, named)
+
+
 @pytest.mark.slow  # 40 s: three two-process commands
 def test_validate_and_compare_on_two_processes(tmp_path):
     done = lit_rag("fit", *tiny_args(tmp_path, "ddp", "--trainer.max_steps=1"))
