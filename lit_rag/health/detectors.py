@@ -15,7 +15,8 @@ field's users found helped. The patterns, with where they are reported:
 - ``kl_blowup`` / ``logprob_gap_blowup``: the KL to the reference, or the trainer / engine
   log-prob gap, jumps above ``threshold`` times its median (over the last 1,000 steps) and
   above a floor (KL 0.5: a normal quickstart ends near 0.3; gap 0.5 nats: a normal one stays
-  under 0.05);
+  under 0.05). The gap leaves out what the sampler's top-p / top-k truncation explains
+  (:class:`~lit_rag.trainer.phases.Mismatch`), so truncation alone never fires it;
 - ``entropy_collapse``: the sampled tokens' entropy, as the mean of the last ``window`` = 5
   steps, falls below ``threshold`` times the mean of the first 5: the policy stops exploring;
 - ``degenerate_text`` / ``non_ascii_text``: more than ``threshold`` of the sampled tokens'
@@ -192,9 +193,10 @@ DEFAULTS: dict[str, tuple] = {
         1,
         0.5,
         1,
-        "log-prob gap blow-up: trainer and engine disagree on the sampled tokens",
-        "check that both run the same precision and weights (engine sync), and keep the "
-        "truncated importance-sampling correction on",
+        "log-prob gap blow-up: trainer and engine disagree on the sampled tokens beyond what "
+        "the sampler's truncation explains",
+        "check that both run the same precision and weights (engine sync), and turn GRPO's "
+        "truncated importance-sampling correction on (importance_sampling_cap: 2)",
     ),
     "entropy_collapse": (
         "health/entropy",

@@ -19,7 +19,9 @@ class SamplingParams:
     Args:
         max_new_tokens: Token budget of the completion.
         temperature: Softmax temperature; 0 means greedy.
-        top_p: Nucleus sampling mass.
+        top_p: Nucleus sampling mass (1: off). Engines report each token's log-prob under
+            the truncated, renormalized distribution it was drawn from (the trainer's full
+            softmax differs by the kept mass; ``rollout/logprob_diff_*`` leaves that out).
         top_k: Top-k cut-off; 0 disables it.
         stop: Strings that end a completion (the stop string is kept in the output).
     """

@@ -6,11 +6,16 @@ can hold within a given memory. The arithmetic, per device, ``N`` devices, ``P``
 (``P_t`` of them trained: the LoRA adapters, or all), ``T`` packed token positions per
 micro-batch (``T_c`` of them completion tokens), ``V`` the vocabulary:
 
-- policy weights: ``P x bytes``, or ``/ N`` plus two gathered layers under FSDP and ZeRO-3;
-- gradients: ``P_t x bytes`` (twice under DDP: its reduction buckets copy them), ``/ N`` under
-  FSDP and ZeRO-2/3;
-- optimizer state: AdamW's two states, ``2 x P_t x bytes`` of the trained weights' dtype
-  (``/ N`` under FSDP); DeepSpeed keeps fp32 master weights and states, ``12 x P_t / N``;
+- policy weights: ``P x bytes`` as held, or ``/ N`` plus two gathered layers under FSDP and
+  ZeRO-3. Trained weights are held as fp32 masters whatever dtype the recipe loads (4 bytes;
+  2 under a pure ``bf16-true`` / ``16-true`` precision): all of them in full training and under
+  FSDP (a unit's weights share one dtype), the adapters alone with LoRA elsewhere (the frozen
+  base keeps the loaded dtype);
+- gradients: ``P_t x`` master bytes (twice under DDP: its reduction buckets copy them),
+  ``/ N`` under FSDP and ZeRO-2/3;
+- optimizer state: AdamW's two states, ``2 x P_t x`` master bytes (``/ N`` under FSDP);
+  DeepSpeed holds the module in the compute dtype and fp32 master weights and states,
+  ``12 x P_t / N``;
 - reference model: a frozen copy sharded as the policy, where the algorithm needs one and the
   policy has no LoRA adapters (with LoRA the adapters are switched off instead);
 - activations: ``T x layers x`` the bytes a layer keeps per token under the recipe's
@@ -150,7 +155,9 @@ class Plan:
         devices: Processes in the run (devices x nodes).
         strategy: ``single``, ``ddp``, ``fsdp``, ``deepspeed_stage_1`` / ``_2`` / ``_3``.
         offload: FSDP's ``cpu_offload`` or DeepSpeed's offload: sharded state on the host.
-        weight_bytes: Bytes per policy weight (its dtype).
+        weight_bytes: Bytes per policy weight as loaded (its dtype; the reference's).
+        master_bytes: Bytes per trained weight as held: 4 (fp32 masters), 2 under a pure
+            ``bf16-true`` / ``16-true`` precision.
         compute_bytes: Bytes per activation (2 under bf16 / fp16, 4 in fp32).
         quantized_bytes: Bytes per weight of the quantized linear layers (QLoRA), else None.
         lora_rank: LoRA's rank (adapters on every linear layer), or None for full training.
@@ -178,6 +185,7 @@ class Plan:
     strategy: str = "single"
     offload: bool = False
     weight_bytes: float = 4.0
+    master_bytes: float = 4.0
     compute_bytes: int = 2
     quantized_bytes: float | None = None
     lora_rank: int | None = None
@@ -253,12 +261,20 @@ def trained_parameters(plan: Plan) -> int:
     return plan.model.layers * per_layer
 
 
+def held_bytes(plan: Plan) -> float:
+    """Bytes per policy weight as the trainer holds it: DeepSpeed's module in its dtype;
+    fp32 masters (``master_bytes``) in full training and under FSDP; the loaded dtype for a LoRA
+    base elsewhere (its adapters are fp32 and few)."""
+    if plan.deepspeed or (plan.lora_rank is not None and plan.strategy != "fsdp"):
+        return plan.weight_bytes
+    return plan.master_bytes
+
+
 def _policy_weight_bytes(plan: Plan) -> float:
-    """The policy's weights, whole: quantized linear layers at their bytes, the rest at the
-    dtype's."""
+    """The policy's weights, whole: quantized linear layers at their bytes, the rest as held."""
     model = plan.model
     if plan.quantized_bytes is None:
-        return model.parameters() * plan.weight_bytes
+        return model.parameters() * held_bytes(plan)
     linear = model.layers * sum(a * b for a, b in model.linears())
     return linear * plan.quantized_bytes + (model.parameters() - linear) * plan.weight_bytes
 
@@ -266,7 +282,7 @@ def _policy_weight_bytes(plan: Plan) -> float:
 def _layer_weights(plan: Plan) -> float:
     """One decoder layer's weights (what FSDP gathers at a time)."""
     model = plan.model
-    return sum(a * b for a, b in model.linears()) * min(plan.weight_bytes, plan.compute_bytes)
+    return sum(a * b for a, b in model.linears()) * min(held_bytes(plan), plan.compute_bytes)
 
 
 def weight_parts(plan: Plan) -> list[Part]:
@@ -301,14 +317,14 @@ def _weights_note(plan: Plan) -> str:
     if plan.quantized_bytes is not None:
         weights = _count(plan.model.parameters())
         return f"{weights} weights, linear layers at {plan.quantized_bytes:g} bytes"
-    return f"{_count(plan.model.parameters())} x {plan.weight_bytes:g} bytes"
+    return f"{_count(plan.model.parameters())} x {held_bytes(plan):g} bytes"
 
 
 def optimizer_parts(plan: Plan) -> list[Part]:
     """Gradients (update only) and AdamW's state (always)."""
     trained, n = trained_parameters(plan), plan.devices
-    # LoRA adapters are fp32 (peft keeps them so); full training: the weights' dtype
-    grad_bytes = 4.0 if plan.lora_rank is not None else plan.weight_bytes
+    # fp32 masters (LoRA's adapters too); DeepSpeed's gradients are in its module's dtype
+    grad_bytes = plan.weight_bytes if plan.deepspeed else plan.master_bytes
     grads = trained * grad_bytes
     if plan.strategy == "ddp" and n > 1:
         grad = Part("gradients", int(2 * grads), "update", note="trained weights' + DDP buckets")
@@ -348,7 +364,7 @@ def layer_bytes(plan: Plan, mode: str | None = None) -> float:
     576) = 13,824; none 13,824 + 2 x (4 x 576 + 2 x 576) + 2 x 2 x (576 + 192) + 2 x 2 x 576 +
     2 x 2 x 1,536 + 4 x 576 = 34,560.
     """
-    m, r, c = plan.model, plan.weight_bytes, plan.compute_bytes
+    m, r, c = plan.model, held_bytes(plan), plan.compute_bytes
     q, kv, h, i = m.heads * m.head_dim, m.kv_heads * m.head_dim, m.hidden, m.intermediate
     mode = mode or plan.checkpointing
     full = r * h
@@ -390,7 +406,7 @@ def update_parts(plan: Plan, batch: MicroBatch) -> list[Part]:
     m, tokens = plan.model, batch.tokens
     per_layer = layer_bytes(plan)
     recompute = layer_bytes(plan, "none") if plan.checkpointing != "none" else 0
-    edges = tokens * m.hidden * (plan.weight_bytes + 8)  # embedding output, final norm
+    edges = tokens * m.hidden * (held_bytes(plan) + 8)  # embedding output, final norm
     activations = tokens * (m.layers * per_layer + recompute) + edges
     note = f"{tokens:,} positions x {m.layers} layers, checkpointing {plan.checkpointing}"
     rows = (
@@ -430,7 +446,7 @@ def engine_parts(plan: Plan) -> list[Part]:
         ),
     ]
     if plan.sharded and plan.devices > 1:
-        whole = m.parameters() * min(plan.weight_bytes, plan.compute_bytes)
+        whole = m.parameters() * held_bytes(plan)  # summon_full_params: full precision
         parts.append(Part("rollout weights", int(whole), "rollout", note="hf gathers them whole"))
     return parts
 

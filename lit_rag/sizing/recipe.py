@@ -155,11 +155,7 @@ def plan(recipe: dict, devices: int | None = None, prompt_tokens: int | None = N
     policy = _section(model, "policy")
     shape = _policy_shape(policy)
     precision = _precision(trainer.get("precision"), accelerator)
-    weight_bytes = _dtype_bytes(policy.get("dtype") or DEFAULTS["dtype"], "model.policy.dtype")
-    half = precision.startswith(("bf16", "16"))
-    if half and (precision.endswith("-true") or strategy.startswith("deepspeed")):
-        weight_bytes = 2  # Lightning (bf16-true, 16-true) or DeepSpeed casts the module
-    compute_bytes = 2 if half or weight_bytes == 2 else 4
+    weight_bytes, master_bytes, compute_bytes = _bytes(policy, precision, strategy)
     env_name, env_args = _plugin("environment", model.get("environment"))
     engine = _engine(model.get("engine"), shape, accelerator)
     algorithm, algo_args = _plugin("algorithm", model.get("algorithm"))
@@ -179,6 +175,7 @@ def plan(recipe: dict, devices: int | None = None, prompt_tokens: int | None = N
         strategy=_resolved(strategy, world),
         offload=offload,
         weight_bytes=weight_bytes,
+        master_bytes=master_bytes,
         compute_bytes=compute_bytes,
         quantized_bytes=_quantized(policy.get("quantization")),
         lora_rank=int(lora.get("r", DEFAULTS["lora_r"])) if isinstance(lora, dict) else None,
@@ -199,6 +196,18 @@ def plan(recipe: dict, devices: int | None = None, prompt_tokens: int | None = N
         reward_model=_reward_model(trainer.get("callbacks") or []),
     )
     return Sized(sized, precision, assumed)
+
+
+def _bytes(policy: dict, precision: str, strategy: str) -> tuple[float, float, int]:
+    """Bytes per weight as loaded, per trained weight as held (fp32 masters unless the precision
+    is a pure low one: :func:`lit_rag.models.precision.master_dtype`) and per activation."""
+    weight_bytes = _dtype_bytes(policy.get("dtype") or DEFAULTS["dtype"], "model.policy.dtype")
+    half = precision.startswith(("bf16", "16"))
+    if half and (precision.endswith("-true") or strategy.startswith("deepspeed")):
+        weight_bytes = 2  # Lightning (bf16-true, 16-true) or DeepSpeed casts the module
+    compute_bytes = 2 if half or weight_bytes == 2 else 4
+    master_bytes = 2 if half and precision.endswith("-true") else 4
+    return weight_bytes, master_bytes, compute_bytes
 
 
 def _get(section: dict, key: str) -> Any:

@@ -5,6 +5,7 @@ rollout's rewards and lengths (used by ``PolicyModule``)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -57,19 +58,49 @@ class Phases:
 
 
 class Mismatch:
-    """Mean and max |log pi_trainer - log pi_engine| over the completion tokens of a step: how far
-    the engine's sampling log-probs are from the trainer's own for the same weights."""
+    """How far the engine's sampling log-probs are from the trainer's own for the same weights:
+    mean and max over the completion tokens of a step (``rollout/logprob_diff_mean`` / ``_max``,
+    nats), counting only the part of each token's gap the sampler's truncation cannot explain.
 
-    def __init__(self) -> None:
+    The two sides score different distributions when sampling truncates. The engine reports the
+    log-prob under the distribution it drew from (after temperature, top-k and top-p: vLLM's
+    ``processed_logprobs``, the ``hf`` engine's processed scores); the trainer, the full softmax
+    at the temperature. Top-p keeps the smallest set of tokens whose mass ``Z`` is at least
+    ``top_p`` and renormalizes it (vLLM and transformers alike), so a kept token's engine
+    log-prob is its full one minus ``log Z``: ``d = log pi_trainer - log pi_engine`` is
+    ``log Z + numerics``, with ``log Z`` in ``[log top_p, 0]``. A gap inside that interval may be
+    truncation alone; the metric counts each token's distance to it,
+    ``max(d, 0) + max(log top_p - d, 0)``, which without truncation (``top_p`` 1, ``top_k`` 0, or
+    greedy) is ``|d|``. Top-k bounds ``Z`` by nothing, so with ``top_k`` only ``max(d, 0)``
+    counts (the side truncation never produces).
+
+    Example, a 4-token vocabulary with probabilities 0.5 / 0.3 / 0.15 / 0.05 and top-p 0.8: the
+    sampler keeps the first two and renormalizes them to 0.625 / 0.375, so at equal weights
+    token 0 has ``d = log 0.5 - log 0.625 = log 0.8 = -0.223``: ``|d|`` would count 0.223 nats
+    of truncation as mismatch; its distance to ``[log 0.8, 0]`` is 0.
+
+    Args:
+        temperature: The training sampling's temperature (0: greedy, which truncates nothing).
+        top_p: Its nucleus mass (1: off).
+        top_k: Its top-k cut-off (0: off).
+    """
+
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0) -> None:
+        greedy = temperature <= 0
+        # log Z, the truncation's share of d, lies in [self.low, 0]
+        self.low = 0.0 if greedy or top_p >= 1.0 else math.log(top_p)
+        if top_k > 0 and not greedy:
+            self.low = -math.inf
         self.total, self.count, self.max = 0.0, 0.0, 0.0
 
     def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
         keep = mask.detach().cpu() > 0
-        diff = (trainer.detach().float().cpu() - engine.float().cpu()).abs()[keep]  # [tokens]
-        if diff.numel():
-            self.total += float(diff.sum())
-            self.count += diff.numel()
-            self.max = max(self.max, float(diff.max()))
+        d = (trainer.detach().float().cpu() - engine.float().cpu())[keep]  # [tokens]
+        gap = d.clamp(min=0.0) + (self.low - d).clamp(min=0.0)  # distance to [low, 0]
+        if gap.numel():
+            self.total += float(gap.sum())
+            self.count += gap.numel()
+            self.max = max(self.max, float(gap.max()))
 
     def metrics(self) -> dict[str, torch.Tensor]:
         if not self.count:

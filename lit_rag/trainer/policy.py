@@ -186,6 +186,8 @@ class PolicyModule(LightningModule):
             share_prefix=self.share_prefix,
             logprob_chunk_tokens=self.logprob_chunk_tokens,
             temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            top_k=self.sampling.top_k,
             max_grad_norm=self.optim.max_grad_norm,
             pad_id=pad if pad is not None else 0,
         )

@@ -68,6 +68,9 @@ class UpdateSettings:
         share_prefix: Rows with the same prompt run it once.
         logprob_chunk_tokens: Output-head rows computed at once.
         temperature: The sampling temperature the log-probs are taken at (0, greedy: 1).
+        top_p: The sampling's nucleus mass; ``rollout/logprob_diff_*`` leaves out the gap it
+            explains (:class:`~lit_rag.trainer.phases.Mismatch`).
+        top_k: The sampling's top-k cut-off (0: off), likewise.
         max_grad_norm: Clip the gradient norm; ``None``: no clipping.
         pad_id: The tokenizer's padding token (0 when it has none).
     """
@@ -77,6 +80,8 @@ class UpdateSettings:
     share_prefix: bool = True
     logprob_chunk_tokens: int = 512
     temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
     max_grad_norm: float | None = 1.0
     pad_id: int = 0
 
@@ -229,7 +234,8 @@ class Update:
         plan = self.plan(prepared)
         if plan.steps == 0:  # no rank has anything to learn from: no optimizer step anywhere
             return {"train/skipped_step": torch.tensor(1.0)}
-        clock, tally = Clock(), Tally()
+        s = self.settings  # the engine's truncation is no engine / trainer gap
+        clock, tally = Clock(), Tally(mismatch=Mismatch(s.temperature, s.top_p, s.top_k))
         with torch.no_grad(), clock("time/reference_s"):
             self._fixed_logprobs(plan)
         optimizer, scheduler = self.hooks.optimizers(), self.hooks.lr_schedulers()

@@ -99,6 +99,25 @@ def test_deepspeed_keeps_fp32_master_weights_and_states():
     assert part(estimate(plan), "optimizer state") == 12 * plan.model.parameters() // 4
 
 
+def test_a_bf16_loaded_policy_is_trained_on_fp32_masters_unless_the_precision_is_pure():
+    """Loaded in bf16 (2 bytes): held, its gradients and AdamW's two states all at 4 bytes per
+    weight under bf16-mixed; at 2 under bf16-true (master_bytes 2). The frozen reference keeps
+    the loaded 2 bytes, and so does a LoRA base outside FSDP."""
+    n = tiny_plan().model.parameters()
+    mixed = estimate(tiny_plan(devices=1, strategy="single", weight_bytes=2))
+    assert part(mixed, "policy weights") == 4 * n
+    assert part(mixed, "gradients") == 4 * n
+    assert part(mixed, "optimizer state") == 2 * 4 * n
+    assert part(mixed, "reference model") == 2 * n
+    pure = estimate(tiny_plan(devices=1, strategy="single", weight_bytes=2, master_bytes=2))
+    assert part(pure, "policy weights") == part(pure, "gradients") == 2 * n
+    assert part(pure, "optimizer state") == 2 * 2 * n
+    lora = estimate(tiny_plan(devices=1, strategy="single", weight_bytes=2, lora_rank=4))
+    assert part(lora, "policy weights") == 2 * n
+    sharded = estimate(tiny_plan(devices=2, weight_bytes=2, lora_rank=4))  # FSDP: one dtype
+    assert part(sharded, "policy weights") == 4 * n // 2
+
+
 def test_layer_bytes_of_smollm2_as_its_docstring_works_them():
     plan = Plan(model=SMOLLM2, weight_bytes=4, compute_bytes=2)
     assert layer_bytes(plan, "full") == 4 * 576 == 2304

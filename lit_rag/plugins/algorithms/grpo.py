@@ -25,12 +25,32 @@ and ``overlong``: ``keep`` truncated outputs in the loss, or ``mask`` them out o
 overlong filtering). R2AG instead zeroes their reward (the reward's job).
 std is the sample std (Bessel-corrected), as TRL and Open-R1 compute it.
 
-Engine/trainer mismatch (``importance_sampling_cap``): a rollout engine such as vLLM samples
-with its own kernels, so pi_engine(o_t) differs slightly from the trainer's pi_old(o_t) even at
-equal weights. Truncated importance sampling (TIS, as TRL's
-``vllm_importance_sampling_correction`` and verl's rollout correction do) weights the
-policy-gradient term of each token by ``min(pi_old / pi_engine, C)`` (detached; the KL term is
-not weighted). Off by default; C = 2 is the value verl and ms-swift ship.
+Truncated importance sampling (``importance_sampling_cap``, TIS; TRL's
+``vllm_importance_sampling_correction``, verl's ``algorithm.rollout_correction``) weights the
+policy-gradient term of each token by ``min(pi_old / pi_sampler, C)`` (detached; the KL term is
+not weighted), with ``pi_sampler`` the engine's sampling log-prob: the distribution the token
+was drawn from. The ratio corrects whatever makes the sampler differ from the trainer's pi_old:
+
+- numerics: a rollout engine such as vLLM computes with its own kernels (and often another
+  dtype), so pi_engine differs slightly from the trainer's pi_old even at equal weights;
+- truncation: with top-p or top-k the sampler draws from the truncated, renormalized
+  distribution, while pi_old is the full softmax at the temperature. For a kept token the
+  ratio is the kept mass ``Z`` (top-p: ``Z`` in ``[top_p, 1]``): a real off-policy
+  correction, not numerics, though only a partial one (tokens outside the nucleus are never
+  sampled, which no weight can correct);
+- age: samples from older weights (rollout workers ahead of the trainer).
+
+A colocated engine at equal weights is thus corrected for numerics and truncation; the ``hf``
+engine, which samples the live policy, mostly for truncation. The engine / trainer gap the run
+logs (``rollout/logprob_diff_*``) counts only what truncation cannot explain.
+
+Off by default in colocated runs, as verl ships it (``rollout_is: null``) and unlike TRL's GRPO
+(``vllm_importance_sampling_correction=True``, sequence-level masking at 3.0): the paper recipes
+train on the papers' objective, whose releases (ARENA's TRL 0.16, the verl Search-R1 vendors)
+predate the correction, and a default-on cap would rescale their gradients by the truncation
+(top-p 0.95: up to 5 % a token). Turn it on with ``importance_sampling_cap: 2`` (verl's and
+ms-swift's threshold; TRL's is 3). Rollout workers that train on stale samples turn it on with
+C = 2 (``accept_stale_samples``).
 
 Variants are registered functions (docs/STYLE.md 13): ``advantage`` names the advantage estimator
 (``grpo``, the group-normalized one above; ``rloo``, the leave-one-out baseline; see
@@ -128,9 +148,11 @@ class GRPO(Algorithm):
         dynamic_sampling_rounds: Most rounds of extra prompts to refill the groups that
             ``drop_zero_variance_groups`` removed; 0 disables refilling.
         overlong: ``keep`` or ``mask`` (truncated outputs contribute no loss).
-        importance_sampling_cap: Truncated importance-sampling correction for the
-            engine/trainer mismatch: token weight ``min(pi_old / pi_engine, C)`` with this C;
-            ``None`` turns it off.
+        importance_sampling_cap: Truncated importance-sampling correction of the sampler /
+            trainer gap (numerics, the sampler's top-p / top-k truncation, stale weights; see
+            the module docstring): token weight ``min(pi_old / pi_sampler, C)`` with this C;
+            ``None`` (the default, also in colocated runs: verl's choice, not TRL's) turns it
+            off.
         advantage: Registered advantage estimator: ``grpo`` (group-normalized) or ``rloo``
             (leave-one-out baseline), or a third party's.
         policy_loss: Registered policy loss: ``ppo_clip`` (token ratio) or ``gspo``

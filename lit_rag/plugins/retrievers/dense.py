@@ -10,12 +10,32 @@ Embeddings are L2-normalized, so inner product is cosine similarity. Index types
 
 Instruction-tuned encoders need prefixes set in the recipe: E5 ``query: `` / ``passage: ``,
 BGE ``Represent this sentence for searching relevant passages: `` on queries only. A plain HF
-folder (no ``modules.json``) gets mean pooling from sentence-transformers. With faiss-gpu
-installed and a GPU present, flat and ivf indexes are searched on the GPU (hnsw stays on CPU:
-faiss has no GPU HNSW); the index is always saved in its CPU form. A saved index is
+folder (no ``modules.json``) gets mean pooling from sentence-transformers. A saved index is
 memory-mapped, not read in (the vectors of flat and hnsw indexes, the inverted lists of ivf
 ones), and only on the first search: processes searching one index share its pages, and a
 training process whose rollouts run in workers never reads it.
+
+Where the index is searched from is a setting, ``index_device``, decided when the index is
+opened (at the environment's setup, before training starts) by :func:`place_index`, a pure
+function of the index's kind and size, the free memory of the GPUs and the ranks on the node:
+
+- ``host``: the memory-mapped index on the host. The operating system keeps one copy of its
+  pages for every process of the node (the page cache).
+- ``gpu``: a copy on this rank's GPU (local rank ``r`` of a node with ``n`` GPUs: GPU ``r % n``;
+  a process that sees fewer GPUs than the node has ranks, a rollout worker, takes its own).
+  Every rank holds its own copy: 8 ranks, 8 copies.
+- ``shard``: the index split over every GPU the process sees (``index_cpu_to_all_gpus`` with
+  ``shard=True``). Each rank that does so puts its share on every GPU, so it saves memory only
+  for a single process on a node of several GPUs.
+- ``auto`` (default): a GPU only where the node's copies take at most a fifth of the free
+  memory (the policy, its optimizer and vLLM load after the index), sharded only for a single
+  process, else the host; one log line says which and why.
+
+A placement asked for that does not fit stops the run with one line before training. hnsw
+stays on the host (faiss has no GPU HNSW). One index on the GPUs shared by every process of a
+node is what the retrieval server is for (``lit-rag index serve``, retriever ``http``). The
+index is always saved in its CPU form. GPU calls go through :class:`FaissGpu`, so a test can
+put a recording stand-in in their place.
 
 The encoder is a model, so it is code-adjacent: it is loaded only from a path the user gives
 (``encoder:`` in a recipe, ``--encoder`` on the command line), or the bundled default. The
@@ -28,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +59,20 @@ from lit_rag.api import (
     IndexCorruptError,
     IndexedRetriever,
     IndexMismatchError,
+    InputError,
     Manifest,
     Passage,
+)
+
+from .index_placement import (
+    GPU,
+    INDEX_DEVICE_KEY,
+    IndexDevice,
+    IndexPlacement,
+    built_bytes,
+    check_index_device,
+    node_ranks,
+    place_index,
 )
 
 log = logging.getLogger(__name__)
@@ -78,6 +111,12 @@ class DenseRetriever(IndexedRetriever):
             transformer (then L2-normalized), as FlashRAG / Search-R1 encode with
             ``AutoModel``; None uses the folder's own sentence-transformers modules (mean
             pooling for a plain HF folder). None takes the pooling the index's manifest records.
+        index_device: Where the index is searched from: ``host`` (memory-mapped, one copy per
+            node in the page cache), ``gpu`` (a copy on this rank's GPU, local rank ``r`` on GPU
+            ``r % n``), ``shard`` (split over every GPU the process sees) or ``auto`` (a GPU when
+            the node's copies fit in a fifth of its free memory, else the host). Chosen when the
+            index opens, before training; one that does not fit is refused in one line. One
+            GPU index for a whole node: ``lit-rag index serve`` and retriever ``http``.
     """
 
     kind = "dense"
@@ -98,7 +137,9 @@ class DenseRetriever(IndexedRetriever):
         trust_manifest_encoder: bool = False,
         corpus: str | None = None,
         pooling: str | None = None,
+        index_device: IndexDevice = "auto",
     ) -> None:
+        check_index_device(index_device, faiss_index)
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling: got '{pooling}'; allowed: {', '.join(POOLINGS)} or None")
         if faiss_index not in FAISS_INDEXES:
@@ -128,6 +169,9 @@ class DenseRetriever(IndexedRetriever):
         self.nprobe = nprobe
         self.batch_size = batch_size
         self.device = device
+        self.index_device = index_device
+        #: where the index is searched from, once it is built or loaded
+        self.placement: IndexPlacement | None = None
         self._index: Any = None
         self._model: Any = None
 
@@ -172,7 +216,7 @@ class DenseRetriever(IndexedRetriever):
         vectors = self.encode(texts, self.passage_prefix)  # [N, D]
         index = self._new_index(vectors)
         index.add(vectors)
-        self._index = _to_gpu(index)
+        self._index = self._place(index, self.faiss_index, built_bytes(index, self.faiss_index))
 
     def _new_index(self, vectors: np.ndarray) -> Any:
         import faiss
@@ -222,7 +266,7 @@ class DenseRetriever(IndexedRetriever):
         import faiss
 
         index = self._index
-        if hasattr(index, "nprobe"):
+        if hasattr(index, "nprobe") and hasattr(index, "nlist"):  # a GPU copy took it on placing
             index.nprobe = min(self.nprobe, index.nlist)
         hnsw = (
             getattr(faiss.downcast_index(index), "hnsw", None)
@@ -257,12 +301,18 @@ class DenseRetriever(IndexedRetriever):
         """Write ``index.faiss`` (its CPU form)."""
         import faiss
 
-        faiss.write_index(_to_cpu(self._index), str(directory / _INDEX_FILE))
+        on_gpu = self.placement is not None and self.placement.where != "host"
+        cpu = GPU.to_cpu(self._index) if on_gpu else self._index
+        faiss.write_index(cpu, str(directory / _INDEX_FILE))
         return [_INDEX_FILE]
 
     @classmethod
     def load(
-        cls, directory: str | Path, encoder: str | None = None, trust_manifest_encoder: bool = False
+        cls,
+        directory: str | Path,
+        encoder: str | None = None,
+        trust_manifest_encoder: bool = False,
+        index_device: IndexDevice = "auto",
     ) -> DenseRetriever:
         """Read a folder written by :meth:`save` (prefixes and faiss settings from its manifest).
 
@@ -273,6 +323,7 @@ class DenseRetriever(IndexedRetriever):
                 None: the bundled default encoder, which must then be the one the index records.
             trust_manifest_encoder: With ``encoder`` None, load the encoder path the manifest
                 records instead (see the class docstring).
+            index_device: Where the index is searched from (see the class docstring).
 
         Raises:
             IndexNotFoundError: No index at ``directory``.
@@ -291,9 +342,13 @@ class DenseRetriever(IndexedRetriever):
             "pooling",
         )
         settings = {k: manifest.settings[k] for k in keys if k in manifest.settings}
+        check_index_device(index_device, str(settings.get("faiss_index", "flat")))
         try:
             retriever = cls(
-                encoder=encoder, trust_manifest_encoder=trust_manifest_encoder, **settings
+                encoder=encoder,
+                trust_manifest_encoder=trust_manifest_encoder,
+                index_device=index_device,
+                **settings,
             )
             if not isinstance(retriever.query_prefix, str):
                 raise TypeError("query_prefix must be a string")
@@ -331,7 +386,55 @@ class DenseRetriever(IndexedRetriever):
                 f"{directory / _INDEX_FILE}: vectors of size {index.d} but the manifest records "
                 f"dim={dim} (a file from another build); {_REBUILD}"
             )
-        self._index = _to_gpu(index)
+        size = (directory / _INDEX_FILE).stat().st_size
+        self._index = self._place(index, kind, size)
+
+    def _place(self, index: Any, kind: str, index_bytes: int) -> Any:
+        """``index`` where :func:`place_index` puts it (its CPU form for ``host``), with
+        ``nprobe`` set first: a GPU copy takes it from the CPU index.
+
+        Raises:
+            InputError: ``index_device`` asks for GPUs the index does not fit on, or none.
+        """
+        if hasattr(index, "nprobe"):
+            index.nprobe = min(self.nprobe, index.nlist)
+        self.placement = placement = self._decide(kind, index_bytes)
+        if placement.where == "host":
+            return index
+        try:
+            return GPU.place(index, placement)
+        except RuntimeError as exc:  # e.g. an ivf-pq layout faiss's GPU code does not take
+            reason = " ".join(str(exc).split())[-200:]
+            if self.index_device != "auto":
+                raise InputError(
+                    f"{INDEX_DEVICE_KEY}: got {self.index_device!r}, but faiss cannot put this "
+                    f"{kind} index on a GPU ({reason}); allowed: host"
+                ) from None
+            log.warning("dense index stays on the host: faiss cannot put it on a GPU: %s", reason)
+            self.placement = IndexPlacement("host", (), f"faiss refused the GPU: {reason}")
+            return index
+
+    def _decide(self, kind: str, index_bytes: int) -> IndexPlacement:
+        """:func:`place_index` with this machine's inputs, which are read only as far as the
+        request needs: nothing for ``host`` or hnsw; the free memory of this rank's GPU; every
+        GPU's only for ``shard``, or a single process on a node (reading a GPU's memory opens a
+        CUDA context there, which other ranks' GPUs should not get from this process)."""
+        free: list[int | None] = []
+        local_rank, ranks = 0, 1
+        if self.index_device != "host" and kind != "hnsw":
+            count = GPU.count()
+            local_rank, ranks = node_ranks(os.environ, count)
+            free = [None] * count
+            if self.index_device == "shard" or ranks == 1:
+                read = range(count)
+            else:
+                read = range(local_rank % count, local_rank % count + 1) if count else range(0)
+            for device in read:
+                free[device] = GPU.free(device)
+        placement = place_index(self.index_device, kind, index_bytes, free, local_rank, ranks)
+        say = log.info if local_rank == 0 else log.debug  # the node's decision, said once
+        say("dense index on %s: %s", placement.label, placement.reason)
+        return placement
 
     def _adopt_pooling(self, manifest: Manifest, directory: Path) -> None:
         """Pool as the index was built: take the manifest's pooling, or check it against ours."""
@@ -474,36 +577,3 @@ def _local_path(recorded: str) -> Path | None:
         return (Path(spec.origin).parent / rel).resolve()
     local = Path(recorded).expanduser()
     return local.resolve() if local.exists() else None
-
-
-def _gpu_available() -> bool:
-    import faiss
-
-    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-
-
-_GPU_RESOURCES: Any = None
-
-
-def _to_gpu(index: Any) -> Any:
-    """Move a flat or ivf index to GPU 0 when faiss-gpu and a GPU are present."""
-    global _GPU_RESOURCES
-    import faiss
-
-    if not _gpu_available() or "HNSW" in type(faiss.downcast_index(index)).__name__:
-        return index
-    if _GPU_RESOURCES is None:
-        _GPU_RESOURCES = faiss.StandardGpuResources()
-    try:
-        return faiss.index_cpu_to_gpu(_GPU_RESOURCES, 0, index)
-    except RuntimeError as exc:  # e.g. an index type without a GPU version
-        log.warning("faiss index stays on CPU: %s", exc)
-        return index
-
-
-def _to_cpu(index: Any) -> Any:
-    import faiss
-
-    if hasattr(faiss, "index_gpu_to_cpu") and "Gpu" in type(index).__name__:
-        return faiss.index_gpu_to_cpu(index)
-    return index

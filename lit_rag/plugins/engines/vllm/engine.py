@@ -9,11 +9,28 @@ can list and resolve the plugin.
 How it follows the :class:`~lit_rag.rollout.base.Generation` contract:
 
 - Sampling log-probs. ``SamplingParams(logprobs=0)`` returns the sampled token's log-prob at
-  every position. vLLM is built with ``logprobs_mode="processed_logprobs"``, so they are
-  log-probs under the distribution the token was drawn from (after temperature / top-k /
-  top-p), as the ``hf`` engine reports them. The policy module compares them with its own
-  log-probs every step (``rollout/logprob_diff_*``) and GRPO can correct the difference with
-  truncated importance sampling (``importance_sampling_cap``).
+  every position. vLLM is built with ``logprobs_mode="processed_logprobs"``: the log-prob under
+  the distribution the token was drawn from (after temperature / top-k / top-p), as the ``hf``
+  engine reports it, and as TRL (``trl/generation/vllm_generation.py``) and verl
+  (``actor_rollout_ref.rollout.logprobs_mode``) build vLLM: the behaviour policy, which GRPO's
+  truncated importance sampling divides by (``importance_sampling_cap``). The trainer scores
+  the full softmax at the temperature, so when sampling truncates the two differ at equal
+  weights: top-p renormalizes the kept mass ``Z >= top_p``, and a kept token's engine log-prob
+  is its full one minus ``log Z`` (0.22 nats a token at top-p 0.8 on a near-uniform policy).
+  The policy module compares them every step (``rollout/logprob_diff_*``,
+  :class:`~lit_rag.trainer.phases.Mismatch`) counting only the gap that truncation cannot
+  explain. vLLM (0.32) has no mode for "tempered but not truncated": ``raw_logprobs`` (its
+  default, offered here) is the log-softmax of the logits before temperature, penalties, top-k
+  and top-p, the trainer's only at temperature 1 and never the sampler's when it truncates
+  (importance sampling then corrects numerics alone, and the gap's allowance for truncation
+  hides up to ``-log top_p`` nats of it); the tempered full log-prob cannot be derived from it
+  per token.
+- Truncated importance sampling is off by default in colocated runs (verl's default,
+  ``algorithm.rollout_correction.rollout_is: null``; TRL's GRPO turns
+  ``vllm_importance_sampling_correction`` on): the paper recipes train on the papers' objective,
+  whose releases (ARENA's TRL 0.16, the verl Search-R1 vendors) predate such corrections.
+  Samples from older weights (rollout workers ahead of the trainer) turn it on
+  (``accept_stale_samples``).
 - A group's samples share their prompt through prefix caching, which also lets a multi-turn
   episode's next turn reuse the KV blocks of its context instead of reading it again. Every
   sample is its own request: vLLM V1 fans a request with ``n`` samples out into ``n`` child
@@ -152,8 +169,10 @@ class VLLMEngine(RolloutEngine):
         seed: vLLM engine seed; default: torch's initial seed (``seed_everything`` sets it), so
             runs of different seeds sample differently. With several ranks, each rank (or each
             tensor-parallel group) adds its index to it.
-        logprobs_mode: ``processed_logprobs`` (after temperature/top-k/top-p, the sampling
-            distribution) or ``raw_logprobs`` (vLLM's default).
+        logprobs_mode: ``processed_logprobs`` (after temperature / top-k / top-p: the
+            distribution each token was drawn from, what importance sampling divides by) or
+            ``raw_logprobs`` (vLLM's default: before temperature and truncation; the
+            trainer's own only at temperature 1).
     """
 
     serves_pushed_weights = True
