@@ -74,6 +74,27 @@ def forward_gathers(model: torch.nn.Module) -> bool:
     return is_sharded(model) or is_zero3(model)
 
 
+def offloads_gradients(strategy) -> bool:
+    """Whether ``strategy`` is FSDP with ``cpu_offload``: its sharded gradients live on the host."""
+    offload = getattr(strategy, "cpu_offload", None) if is_fsdp(strategy) else None
+    return bool(getattr(offload, "offload_params", False))
+
+
+def accumulates_unsynced(strategy) -> bool:
+    """Whether an optimizer step's micro-batches but the last run inside ``no_sync()``.
+
+    torch's FSDP1 cannot accumulate sharded gradients across backward passes when they are
+    offloaded to the host: each pass overwrites the host gradient with its own
+    (``_flat_param.py``: "Gradient accumulation outside `no_sync()` does not work with CPU
+    offloading"; ``_runtime_utils._accumulate_sharded_grad`` finds no saved shard and
+    ``_offload_grad`` copies over ``_cpu_grad``), so a step would learn from its last
+    micro-batch only. Inside ``no_sync()`` the passes add up in the unsharded gradient on the
+    device (one full gradient per rank: the price of offloading with accumulation), and the
+    last pass reduces the sum. Without offload FSDP adds the reduced shards itself.
+    """
+    return offloads_gradients(strategy)
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FullyShardedDataParallel
 

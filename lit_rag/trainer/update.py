@@ -11,6 +11,7 @@ passes (zero loss through every trainable parameter).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,7 +20,12 @@ import torch
 from lit_rag.contracts.algorithm import Algorithm, Prepared, TrainBatch
 from lit_rag.models.facts import has_adapters
 from lit_rag.models.packing import Packed, pack, plan_micro_batches, split_rows
-from lit_rag.models.strategies import deepspeed_engine, deepspeed_forward_starts, forward_gathers
+from lit_rag.models.strategies import (
+    accumulates_unsynced,
+    deepspeed_engine,
+    deepspeed_forward_starts,
+    forward_gathers,
+)
 from lit_rag.trainer.logprobs import packed_logprobs
 from lit_rag.trainer.optimizer import optimizer_step
 from lit_rag.trainer.phases import Clock, Mismatch
@@ -125,6 +131,9 @@ class Update:
         self.settings, self.algorithm = settings, algorithm
         self.model, self.reference = model, reference
         self.ranks, self.hooks = ranks, hooks
+        #: micro-batches but an optimizer step's last run inside ``no_sync()`` (FSDP with CPU
+        #: offload: :func:`~lit_rag.models.strategies.accumulates_unsynced`)
+        self.unsynced = accumulates_unsynced(ranks.strategy)
 
     # ---- log-probs ---------------------------------------------------------------------------
     def logprobs(self, model: torch.nn.Module, batch: TrainBatch, width: int) -> torch.Tensor:
@@ -299,11 +308,20 @@ class Update:
             if engine is not None:
                 engine.set_gradient_accumulation_boundary(index == passes - 1)
                 deepspeed_forward_starts(engine)
-            if index >= len(own):
-                with clock("time/backward_s"):
-                    self.hooks.manual_backward(self._idle_loss())
-                continue
-            self._train_micro(plan, own[index], scale, epoch, tally, clock)
+            with self._reduction(last=index == passes - 1):
+                if index >= len(own):
+                    with clock("time/backward_s"):
+                        self.hooks.manual_backward(self._idle_loss())
+                    continue
+                self._train_micro(plan, own[index], scale, epoch, tally, clock)
+
+    def _reduction(self, last: bool):
+        """No gradient reduction before an optimizer step's last pass where the strategy cannot
+        accumulate reduced gradients (:attr:`unsynced`); every rank runs the same passes, so
+        they reduce together at the last."""
+        if self.unsynced and not last:
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def _train_micro(
         self, plan: Plan, rows: torch.Tensor, scale: float, epoch: int, tally: Tally, clock: Clock

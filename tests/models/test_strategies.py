@@ -174,3 +174,19 @@ def test_a_global_batch_that_does_not_split_stops_before_training(capsys):
         "nodes); process counts that divide it: 1, 2, 4, 8, 16, 32, 64; or set data.batch_size "
         "(per process)"
     )
+
+
+def test_only_fsdp_with_cpu_offload_accumulates_inside_no_sync():
+    """FSDP1 overwrites an offloaded gradient at every backward pass: with ``cpu_offload`` an
+    optimizer step's passes but the last run inside ``no_sync()`` (the decision, on CPU; the
+    accumulation itself: tests/trainer/test_global_batch.py)."""
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    from lit_rag.models.cpu_strategies import CPUFSDP
+    from lit_rag.models.strategies import accumulates_unsynced
+
+    assert accumulates_unsynced(FSDPStrategy(cpu_offload=True))
+    assert accumulates_unsynced(CPUFSDP(cpu_offload=True))
+    assert not accumulates_unsynced(FSDPStrategy())
+    assert not accumulates_unsynced(DDPStrategy())
+    assert not accumulates_unsynced(None)  # a module built without a trainer

@@ -116,3 +116,14 @@ class RecordUpdate(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         path = self.folder / f"rank{trainer.global_rank}.json"
         path.write_text(json.dumps({"micro_batches": self.counts}))
+
+
+class UnsyncedAccumulation(Callback):
+    """Runs an optimizer step's micro-batches but the last inside FSDP's ``no_sync()``, the path
+    FSDP with CPU offload takes (``lit_rag.models.strategies.accumulates_unsynced``), on CPU
+    ranks, where FSDP cannot offload (torch pins the offloaded shards' memory on an
+    accelerator)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        assert not pl_module.update.unsynced  # FSDP without offload reduces every pass
+        pl_module.update.unsynced = True

@@ -33,7 +33,14 @@ ROOT = Path(__file__).resolve().parents[2]
 LIT_RAG = str(Path(sys.executable).with_name("lit-rag"))
 
 
-def fit(out: Path, devices: int, strategy: str, aggregation: str, mini_batches: int = 1) -> Path:
+def fit(
+    out: Path,
+    devices: int,
+    strategy: str,
+    aggregation: str,
+    mini_batches: int = 1,
+    extra: tuple[str, ...] = (),
+) -> Path:
     """One ``lit-rag fit`` of 2 steps; returns its run folder (metrics.csv, grads.pt)."""
     out.mkdir(parents=True)
     env = {
@@ -56,7 +63,7 @@ def fit(out: Path, devices: int, strategy: str, aggregation: str, mini_batches: 
         "--model.optimizer.max_grad_norm=null",
         f"--model.algorithm.init_args.loss_aggregation={aggregation}",
         f"--model.algorithm.init_args.mini_batches={mini_batches}",
-        "--data.batch_size=null", "--data.global_batch_size=4",
+        "--data.batch_size=null", "--data.global_batch_size=4", *extra,
     ]  # fmt: skip
     done = subprocess.run(
         [LIT_RAG, *args], capture_output=True, text=True, env=env, timeout=600, check=False
@@ -109,3 +116,31 @@ def test_sharded_update_with_uneven_micro_batches_equals_one_process(strategy, t
     one = fit(tmp_path / "one", 1, "auto", "token")
     two = fit(tmp_path / "two", 2, strategy, "token")
     assert_same_update(one, two)
+
+
+@pytest.mark.slow  # two fits, one of them two FSDP processes
+def test_fsdp_accumulation_inside_no_sync_equals_one_process(tmp_path):
+    """FSDP with CPU offload accumulates an optimizer step's micro-batches inside ``no_sync()``
+    (its offloaded shards cannot be added up: each backward pass overwrote the last, so a step
+    learned from its last micro-batch only). The same passes, on CPU ranks that cannot offload:
+    uneven micro-batch counts, idle passes, one reduction at the last pass."""
+    one = fit(tmp_path / "one", 1, "auto", "token")
+    forced = ("--trainer.callbacks+=global_batch.UnsyncedAccumulation",)
+    two = fit(tmp_path / "two", 2, "fsdp", "token", extra=forced)
+    assert_same_update(one, two)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP's CPU offload needs a GPU")
+def test_fsdp_cpu_offload_accumulates_as_without_offload(tmp_path):
+    """The Eval-RAR and Search-R1 recipes' strategy (FSDP, ``cpu_offload: true``) on one GPU:
+    the first optimizer step's gradient over several micro-batches equals FSDP's without
+    offload. Before accumulating inside ``no_sync()`` it was the last micro-batch's alone."""
+    gpu = ("--trainer.accelerator=gpu", "--trainer.precision=32-true")
+    plain = fit(tmp_path / "plain", 1, "fsdp", "token", extra=gpu)
+    offload = ("--trainer.strategy=FSDPStrategy", "--trainer.strategy.cpu_offload=true")
+    offloaded = fit(tmp_path / "offload", 1, "fsdp", "token", extra=(*gpu, *offload))
+    assert losses(plain) == pytest.approx(losses(offloaded), rel=1e-5, abs=1e-7)
+    expected, got = torch.load(plain / "grads.pt"), torch.load(offloaded / "grads.pt")
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-7, msg=name)
