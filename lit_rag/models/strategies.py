@@ -119,7 +119,8 @@ def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
     from lit_rag.trainer.logprobs import _base_model
 
     overrides: dict = {"use_orig_params": True}
-    mixed = sharded_mixed_precision(strategy.precision_plugin.precision)
+    plugin = getattr(strategy, "precision_plugin", None)
+    mixed = sharded_mixed_precision(getattr(plugin, "precision", None))
     if mixed is not None and getattr(strategy, "mixed_precision", None) is None:
         overrides["mixed_precision"] = mixed  # fp32 gradient reduction (a recipe's own wins)
     base = _base_model(model)

@@ -21,8 +21,8 @@ micro-batch (``T_c`` of them completion tokens), ``V`` the vocabulary:
 - activations: ``T x layers x`` the bytes a layer keeps per token under the recipe's
   ``gradient_checkpointing`` (:func:`layer_bytes`), plus one layer recomputed;
 - logits: ``min(T_c, logprob_chunk_tokens) x V x (compute + 12)`` bytes (fp32 copy, its
-  log-sum-exp and its gradient), all ``T_c`` at once where FSDP or ZeRO-3 runs the model's own
-  forward;
+  log-sum-exp and its gradient), also where FSDP or ZeRO-3 runs the model's own forward (the
+  head is chunked inside it);
 - rollout engine: ``hf``'s KV cache for the generation batch and its per-step sampling scores;
   ``vllm``'s copy of the weights and KV cache on CPU, its ``gpu_memory_utilization`` share of
   the device on GPU;
@@ -409,13 +409,10 @@ def update_parts(plan: Plan, batch: MicroBatch) -> list[Part]:
     edges = tokens * m.hidden * (held_bytes(plan) + 8)  # embedding output, final norm
     activations = tokens * (m.layers * per_layer + recompute) + edges
     note = f"{tokens:,} positions x {m.layers} layers, checkpointing {plan.checkpointing}"
-    rows = (
-        batch.completion_tokens
-        if plan.sharded
-        else min(batch.completion_tokens, plan.logprob_chunk)
-    )
+    # a chunk at a time, on the sharded path too (the head chunked inside the model's forward)
+    rows = min(batch.completion_tokens, plan.logprob_chunk)
     logits = rows * m.vocab * (plan.compute_bytes + 12)
-    how = "all at once (sharded forward)" if plan.sharded else "one chunk"
+    how = "one chunk"
     return [
         Part("activations", int(activations), "update", note=note),
         Part(

@@ -4,10 +4,16 @@ For SmolLM2 a batch of 8 x 512 tokens has 8 x 512 x 49,152 logits (800 MB in fp3
 with the log-softmax). We run the decoder once for hidden states, then apply the output head
 to the completion positions only, a chunk of rows at a time; under autograd each chunk is
 checkpointed, so the backward pass recomputes that chunk's logits instead of keeping them.
-Peak extra memory is one chunk: ``chunk_tokens x vocab`` floats.
+Peak extra memory is one chunk: ``chunk_tokens x vocab`` floats. A sharded model (FSDP,
+ZeRO-3) gathers its head's weights only inside its own forward, so there the head is swapped,
+for the call, for one that does the same chunked computation inside the forward
+(:func:`_forward_picked_logprobs`).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +138,7 @@ def packed_logprobs(
             )
         }
     if through_forward:
-        values = _forward_picked_logprobs(model, packed, inputs, temperature)
+        values = _forward_picked_logprobs(model, packed, inputs, temperature, chunk_tokens)
     else:
         rows, positions = packed.sources[:, 0], packed.sources[:, 1]
         hidden = base.get_decoder()(
@@ -154,13 +160,38 @@ def packed_logprobs(
 
 
 def _forward_picked_logprobs(
-    model: torch.nn.Module, packed: Packed, inputs: dict, temperature: float
+    model: torch.nn.Module,
+    packed: Packed,
+    inputs: dict,
+    temperature: float,
+    chunk_tokens: int | None = None,
 ) -> torch.Tensor:
     """``[T]`` log-probs of a packed micro-batch's completion tokens through the model's own
-    forward, keeping the logits of the predicting positions only (the forward applies its own
-    logit soft-capping)."""
+    forward (FSDP, ZeRO-3: the output head's weights are gathered only inside it).
+
+    With ``chunk_tokens`` the output head itself is swapped, for this call, for one that picks
+    the completion positions and computes their log-probs ``chunk_tokens`` rows at a time
+    (:func:`_head_logprobs`: checkpointed under autograd), inside the forward where the head's
+    weights are whole: no ``[T, V]`` logits (Qwen's 151,936-token vocabulary at 4,096 tokens:
+    2.5 GB in fp32, several times that with their copies and gradient). The backward recomputes
+    a chunk after FSDP's pre-backward hook has gathered the head again. A model that soft-caps
+    its logits after the head (Gemma 2) keeps the whole-logits path: the forward would cap the
+    log-probs."""
     rows, positions = packed.sources[:, 0], packed.sources[:, 1]
     keep = torch.unique(positions)  # sorted
+    picked_at = torch.searchsorted(keep, positions.contiguous())  # [T]: index into keep
+    base = _base_model(model)
+    head = base.get_output_embeddings()
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    if chunk_tokens is not None and head is not None and not softcap:
+        with _picking_head(head, rows, picked_at, packed.targets, temperature, chunk_tokens):
+            return model(
+                input_ids=packed.input_ids,
+                position_ids=packed.position_ids,
+                use_cache=False,
+                logits_to_keep=keep,
+                **inputs,
+            ).logits  # [T]
     logits = model(
         input_ids=packed.input_ids,
         position_ids=packed.position_ids,
@@ -168,11 +199,40 @@ def _forward_picked_logprobs(
         logits_to_keep=keep,
         **inputs,
     ).logits  # [R, K, V]
-    picked = logits[rows, torch.searchsorted(keep, positions.contiguous())].float()  # [T, V]
+    picked = logits[rows, picked_at].float()  # [T, V]
     if temperature != 1.0:
         picked = picked / temperature
     chosen = picked.gather(-1, packed.targets.unsqueeze(-1)).squeeze(-1)
     return chosen - torch.logsumexp(picked, -1)
+
+
+@contextlib.contextmanager
+def _picking_head(
+    head: torch.nn.Module,
+    rows: torch.Tensor,
+    picked_at: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_tokens: int,
+) -> Iterator[None]:
+    """``head`` returns, while open, the ``[T]`` log-probs of ``targets`` at ``(rows,
+    picked_at)`` of the hidden states it is given (``[R, K, H]``), chunk by chunk."""
+    own = head.__dict__.get("forward")  # an instance-level forward (a hook library's) stays
+    original = head.forward
+
+    def picking(hidden: torch.Tensor) -> torch.Tensor:
+        return _head_logprobs(
+            original, hidden[rows, picked_at], targets, temperature, None, chunk_tokens
+        )
+
+    head.forward = picking
+    try:
+        yield
+    finally:
+        if own is not None:
+            head.forward = own
+        else:
+            del head.forward
 
 
 def root_forward_logprobs(
