@@ -8,9 +8,11 @@ strategy; each subclass changes only what stops it on CPU:
 
 - :class:`CPUFSDP`: Lightning passes ``device_id=None`` on CPU, which torch's FSDP refuses, so
   the CPU device is passed; ``*-mixed`` autocasts on the CPU as a GPU run does on CUDA
-  (:class:`CPUFSDPPrecision`); and the checkpoint is gathered without the CPU offload (Lightning's
-  ``offload_to_cpu=True`` on CPU tensors, nothing to offload, crashes torch 2.13 in FSDP's
-  state-dict hook: a segfault, measured). FSDP's own ``cpu_offload`` needs an accelerator
+  (:class:`CPUFSDPPrecision`); the first rank's weights reach the others
+  (``sync_module_states``) over gloo, which torch's up-front check for NCCL refuses; and the
+  checkpoint is gathered without the CPU offload (Lightning's ``offload_to_cpu=True`` on CPU
+  tensors, nothing to offload, crashes torch 2.13 in FSDP's state-dict hook: a segfault,
+  measured). FSDP's own ``cpu_offload`` needs an accelerator
   (torch pins the offloaded shards' memory).
 - :class:`CPUDeepSpeed`: DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``, gloo collectives);
   Lightning's CUDA check and its device-index check (CPU devices have no index) are skipped and
@@ -61,13 +63,16 @@ class CPUFSDP(FSDPStrategy):
         from torch.distributed.fsdp import FullyShardedDataParallel
         from torch.distributed.fsdp.wrap import enable_wrap
 
-        with enable_wrap(
-            wrapper_cls=FullyShardedDataParallel,
-            cpu_offload=self.cpu_offload,
-            mixed_precision=self.mixed_precision_config,
-            sharding_strategy=self.sharding_strategy,
-            device_id=torch.device("cpu"),
-            **self.kwargs,
+        with (
+            enable_wrap(
+                wrapper_cls=FullyShardedDataParallel,
+                cpu_offload=self.cpu_offload,
+                mixed_precision=self.mixed_precision_config,
+                sharding_strategy=self.sharding_strategy,
+                device_id=torch.device("cpu"),
+                **self.kwargs,
+            ),
+            _module_states_synced_on_cpu(),
         ):
             yield
 
@@ -83,6 +88,20 @@ class CPUFSDP(FSDPStrategy):
             self.model, StateDictType.FULL_STATE_DICT, config
         ):
             return self.model.state_dict()
+
+
+@contextlib.contextmanager
+def _module_states_synced_on_cpu():
+    """FSDP's ``sync_module_states`` on CPU ranks: torch refuses CPU tensors up front (NCCL
+    broadcasts device memory only), while the broadcast itself is gloo's, which takes them."""
+    from torch.distributed.fsdp import _init_utils
+
+    check = _init_utils._check_module_states_for_sync_module_states
+    _init_utils._check_module_states_for_sync_module_states = lambda states: None
+    try:
+        yield
+    finally:
+        _init_utils._check_module_states_for_sync_module_states = check
 
 
 class CPUDeepSpeed(DeepSpeedStrategy):

@@ -264,31 +264,51 @@ def cached_hub_folder(repo_id: str) -> Path:
         ) from None
 
 
-def load_model(config: ModelConfig) -> torch.nn.Module:
+def load_model(config: ModelConfig, empty: bool = False) -> torch.nn.Module:
     """The causal LM for ``config``, with LoRA adapters attached when asked, and the base
-    weights' fingerprint (:mod:`lit_rag.checkpoints.provenance`) as its ``lit_rag_base``."""
-    from transformers import AutoModelForCausalLM
+    weights' fingerprint (:mod:`lit_rag.checkpoints.provenance`) as its ``lit_rag_base``.
 
+    ``empty``: the architecture on the meta device, no weights read and no memory taken (the
+    ranks of an FSDP run but the first, which receive the first rank's weights as FSDP wraps
+    them, as verl's workers do); its ``lit_rag_base`` is None until the caller sets it.
+    Quantized models load whole (bitsandbytes quantizes as it reads).
+    """
     dtype = DTYPES[config.dtype]
+    empty = empty and config.quantization is None
     if config.tiny is not None:
         from lit_rag.models.tiny import build_tiny_model
 
-        model = build_tiny_model(config.tiny, dtype=dtype)
+        with torch.device("meta") if empty else contextlib.nullcontext():
+            model = build_tiny_model(config.tiny, dtype=dtype)
     else:
-        kwargs: dict = {"dtype": dtype, "trust_remote_code": config.trust_remote_code}
-        if config.quantization is not None:
-            kwargs["quantization_config"] = _bnb_config(config.quantization, dtype)
-        source = _hf_source(config)
-        with _loading_errors(config, source):
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model = _read_model(config, dtype, empty)
     # what a checkpoint records it was trained on, before training or wrappers change the model
-    setattr(model, BASE_ATTRIBUTE, describe_base(model))
+    setattr(model, BASE_ATTRIBUTE, None if empty else describe_base(model))
     activation_checkpointing.enable(model, config.gradient_checkpointing)
     if config.quantization == "4bit":
         _keep_4bit_weights_trainable(model)
     if config.lora is not None:
         model = _add_lora(model, config)
     return model
+
+
+def _read_model(config: ModelConfig, dtype: torch.dtype, empty: bool) -> torch.nn.Module:
+    """A local folder's (or converted GGUF file's) model; ``empty``: its config only, built on
+    the meta device."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kwargs: dict = {"dtype": dtype, "trust_remote_code": config.trust_remote_code}
+    source = _hf_source(config)
+    with _loading_errors(config, source):
+        if empty:
+            hf_config = AutoConfig.from_pretrained(
+                source, trust_remote_code=config.trust_remote_code
+            )
+            with torch.device("meta"):
+                return AutoModelForCausalLM.from_config(hf_config, **kwargs)
+        if config.quantization is not None:
+            kwargs["quantization_config"] = _bnb_config(config.quantization, dtype)
+        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
 
 
 def _keep_4bit_weights_trainable(model: torch.nn.Module) -> None:

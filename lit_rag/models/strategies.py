@@ -133,18 +133,57 @@ def fsdp_wrap(model: torch.nn.Module, strategy) -> torch.nn.Module:
         # a frozen tied embedding/head matrix (LoRA on SmolLM2, Llama-3.2, Qwen2.5-small...) in a
         # flat parameter breaks FSDP's shared-parameter views after a no-grad forward
         # (measured: "as_params=True type(prim_param)=Tensor" on torch 2.13); it stays whole
-        overrides["ignored_states"] = [embeddings.weight]
         # FSDP moves the states it manages to its device, never the ignored ones: on a GPU the
         # matrix would stay in host memory, and generate() (which puts its inputs on the device
         # of the model's first parameter, this one) would run the first layer on the CPU
         device = getattr(strategy, "root_device", None)
+        if embeddings.weight.is_meta:  # built empty: one tensor for both modules, still tied
+            weight = torch.empty_like(embeddings.weight, device=device or torch.device("cpu"))
+            embeddings.weight = head.weight = torch.nn.Parameter(weight, requires_grad=False)
         if device is not None:
             embeddings.to(device)
+        if _ranks(strategy) > 1:  # FSDP does not sync what it ignores: the first rank's, here
+            import torch.distributed as dist
+
+            dist.broadcast(embeddings.weight.data, src=0)
+        overrides["ignored_states"] = [embeddings.weight]
+    if _ranks(strategy) > 1:
+        # the ranks but the first built the model empty (PolicyModule._loads_once): FSDP gives
+        # each unit's meta tensors memory on the device and the first rank's values
+        device = getattr(strategy, "root_device", None) or torch.device("cpu")
+        overrides["sync_module_states"] = True
+        overrides["param_init_fn"] = _Materialize(device)
     if "auto_wrap_policy" not in strategy.kwargs:
         layers = getattr(base.get_decoder(), "layers", None)
         if layers is not None and len(layers):
             overrides["auto_wrap_policy"] = ModuleWrapPolicy({type(layers[0])})
     return wrap(model, **overrides)
+
+
+def _ranks(strategy) -> int:
+    return int(getattr(strategy, "world_size", 1) or 1)
+
+
+class _Materialize:
+    """FSDP's ``param_init_fn``: memory on ``device`` for a module's own meta tensors (their
+    values come from the first rank: ``sync_module_states``). A parameter two modules share (a
+    tied embedding and output head) gets one tensor: ``Module.to_empty`` would give each module
+    its own, and the ranks would flatten different parameter sets."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.made: dict[int, tuple[torch.Tensor, torch.nn.Parameter]] = {}
+
+    def __call__(self, module: torch.nn.Module) -> None:
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.is_meta:
+                if id(param) not in self.made:  # the meta tensor is kept: its id stays its own
+                    empty = torch.empty_like(param, device=self.device)
+                    self.made[id(param)] = (param, torch.nn.Parameter(empty, param.requires_grad))
+                module._parameters[name] = self.made[id(param)][1]
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.is_meta:
+                module._buffers[name] = torch.empty_like(buffer, device=self.device)
 
 
 def zero3_reference(reference: torch.nn.Module, strategy) -> torch.nn.Module:

@@ -21,6 +21,7 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rag import registry
+from lit_rag.checkpoints.provenance import BASE_ATTRIBUTE
 from lit_rag.contracts.algorithm import Algorithm, Prepared
 from lit_rag.contracts.environment import Environment
 from lit_rag.contracts.reward import Reward
@@ -137,9 +138,14 @@ class PolicyModule(LightningModule):
         if self.workers is None:  # else each rollout worker opens its own (an index, say)
             self.environment.setup()
         self.tokenizer = load_tokenizer(self.policy_config)
+        shared = self._loads_once()
+        empty = shared and self.trainer.global_rank != 0
         with outside_zero_init():
             # from_pretrained returns eval mode
-            self.model = load_model(self.policy_config).train()
+            self.model = load_model(self.policy_config, empty=empty).train()
+        if shared:  # the first rank's fingerprint (a collective): what a checkpoint records
+            base = self.trainer.strategy.broadcast(getattr(self.model, BASE_ATTRIBUTE), src=0)
+            setattr(self.model, BASE_ATTRIBUTE, base)
         if self.algorithm.needs_reference and not has_adapters(self.model):
             reference = copy.deepcopy(self.model).eval()
             reference.requires_grad_(False)
@@ -161,6 +167,15 @@ class PolicyModule(LightningModule):
             self.algorithm.place(placement)
         self.engine.bind(self.model, self.tokenizer)
         self.update = self._build_update()
+
+    def _loads_once(self) -> bool:
+        """Under FSDP on several ranks, every rank but the first builds the policy empty (the
+        meta device: no weights read, no host memory) and receives the first rank's weights as
+        FSDP wraps it (:func:`~lit_rag.models.strategies.fsdp_wrap`), so a node holds one copy
+        of the weights and of the reference while loading, not one per rank (verl's
+        ``sync_module_states``)."""
+        trainer = self.trainer if self._trainer is not None else None
+        return trainer is not None and is_fsdp(trainer.strategy) and trainer.world_size > 1
 
     def _hold_masters(self) -> None:
         """The trained weights in their master dtype (:func:`~lit_rag.models.precision.

@@ -83,3 +83,36 @@ def test_bad_config_names_the_key(kwargs, message):
 
 def test_hub_id_is_passed_through():
     assert resolve_path("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
+
+
+@pytest.mark.parametrize(
+    "lora", [None, LoraSettings(r=4, alpha=8, dropout=0.0)], ids=["full", "lora"]
+)
+def test_an_empty_model_reads_no_weights_and_has_the_loaded_ones_parameters(lora, tmp_path):
+    """What the ranks of an FSDP run but the first build (``empty``): a saved folder's
+    architecture on the meta device, the same parameters by name, shape and dtype, LoRA's
+    adapters included, and no fingerprint until the first rank's arrives."""
+    from helpers import tiny_folder
+
+    from lit_rag.checkpoints.provenance import BASE_ATTRIBUTE
+
+    config = ModelConfig(path=tiny_folder(tmp_path / "m"), dtype="bfloat16", lora=lora)
+    loaded, empty = load_model(config), load_model(config, empty=True)
+    shapes = [(n, tuple(p.shape), p.dtype) for n, p in loaded.named_parameters()]
+    assert [(n, tuple(p.shape), p.dtype) for n, p in empty.named_parameters()] == shapes
+    assert all(p.is_meta for p in empty.parameters())
+    assert getattr(empty, BASE_ATTRIBUTE) is None and getattr(loaded, BASE_ATTRIBUTE)
+
+
+def test_materializing_an_empty_model_keeps_its_tied_weights_tied():
+    """FSDP's ``param_init_fn`` (lit_rag.models.strategies._Materialize) gives a tied embedding
+    and output head one tensor: ``Module.to_empty`` gives each its own, and the ranks then
+    flatten different parameter sets (a collective mismatch at the first forward)."""
+    from lit_rag.models.strategies import _Materialize
+
+    model = load_model(ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=1)), empty=True)
+    materialize = _Materialize(torch.device("cpu"))
+    for module in model.modules():
+        materialize(module)
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight

@@ -127,3 +127,15 @@ class UnsyncedAccumulation(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         assert not pl_module.update.unsynced  # FSDP without offload reduces every pass
         pl_module.update.unsynced = True
+
+
+class RecordPeak(Callback):
+    """Writes each rank's peak resident memory so far (``ru_maxrss``, KiB) when training starts,
+    after the policy and its reference are loaded and sharded: ``$RECORD_DIR/peak<r>.json``."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        path = Path(os.environ["RECORD_DIR"]) / f"peak{trainer.global_rank}.json"
+        path.write_text(json.dumps({"max_rss_kib": peak}))
