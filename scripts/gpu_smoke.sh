@@ -6,7 +6,8 @@
 # last step. For whoever has GPUs: NCCL, vLLM's sleep
 # mode, FSDP's CPU offload and the CUDA paths cannot run on the CPU machine CI uses.
 #
-#   bash scripts/gpu_smoke.sh                      # all GPUs (at least 2 for the multi-rank runs)
+#   bash scripts/gpu_smoke.sh checks               # first: the checks, one GPU, a few minutes
+#   bash scripts/gpu_smoke.sh                      # the checks, then every strategy x engine
 #   DEVICES=2 STRATEGIES="ddp fsdp" ENGINES=vllm bash scripts/gpu_smoke.sh
 #   TP=2 DEVICES=4 ENGINES=vllm bash scripts/gpu_smoke.sh     # vLLM tensor parallel over rank pairs
 #
@@ -18,6 +19,15 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_smoke: error: no NVIDIA GPU here (nvidia-smi -L failed); the CPU paths run in the tests" >&2
   exit 2
 fi
+# The checks of the paths no CPU takes, one line each (PASS / FAIL / SKIP with its figure):
+# fp32 master weights and their step at lr 1e-6, FSDP CPU offload accumulating as without it,
+# the dense index's GPU placement, a rollout worker killed mid-push over NCCL, the sharded
+# log-prob pass's peak at a 151,936-token vocabulary, vLLM's top-p log-probs like with like.
+case "${1:-}" in
+  checks) exec python scripts/gpu_checks.py ;;
+  "") python scripts/gpu_checks.py || echo "gpu_smoke: a check failed (above); the runs follow" ;;
+  *) echo "gpu_smoke: error: unknown argument '$1'; allowed: checks, or none" >&2; exit 2 ;;
+esac
 DEVICES=${DEVICES:-$(nvidia-smi -L | wc -l)}
 STRATEGIES=${STRATEGIES:-"ddp fsdp fsdp_offload deepspeed_stage_2 deepspeed_stage_3"}
 ENGINES=${ENGINES:-"hf vllm"}
