@@ -36,7 +36,7 @@ from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
 from lit_rag.rollout.workers.pool import RolloutSettings
 from lit_rag.rollout.workers.scheduler import rollout_scheduler
 from lit_rag.text import PUNCTUATION_MODES, exact_match, f1_score
-from lit_rag.trainer.optimizer import OptimizerSettings, SchedulePlan
+from lit_rag.trainer.optimizer import OptimizerSettings, SchedulePlan, fused_adamw
 from lit_rag.trainer.phases import Phases, memory_metrics, rollout_metrics
 from lit_rag.trainer.ranks import Ranks, any_rank, log_metrics
 from lit_rag.trainer.refill import Refill, draw_from_pool
@@ -360,7 +360,9 @@ class PolicyModule(LightningModule):
 
     # ---- optimizer and checkpoints -------------------------------------------------------
     def configure_optimizers(self):
-        optimizer = self.optim.adamw([p for p in self.model.parameters() if p.requires_grad])
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        optimizer = self.optim.adamw(trained, fused=fused_adamw(trained, strategy))
         steps_per_batch = self.algorithm.mu * self.algorithm.steps_per_pass
         # resuming (a checkpoint restored before this hook): the checkpoint's plan wins
         self.schedule_plan.start(self.optim.plan(self.trainer, steps_per_batch))
