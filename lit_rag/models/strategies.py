@@ -190,8 +190,8 @@ def zero3_reference(reference: torch.nn.Module, strategy) -> torch.nn.Module:
     """The frozen reference partitioned as the policy is under DeepSpeed ZeRO-3: its own engine
     from the strategy's config without the optimizer (as TRL's ``prepare_deepspeed`` does for
     its reference model), so each rank holds a shard and every forward gathers it (a collective,
-    like the policy's). Under any other strategy, or when already partitioned, ``reference`` as
-    it is."""
+    like the policy's). The weights are partitioned as they move to the device, one at a time.
+    Under any other strategy, or when already partitioned, ``reference`` as it is."""
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
     if not isinstance(strategy, DeepSpeedStrategy) or is_zero3(reference):
@@ -203,7 +203,9 @@ def zero3_reference(reference: torch.nn.Module, strategy) -> torch.nn.Module:
 
     for key in ("optimizer", "scheduler"):
         config.pop(key, None)
-    reference.to(strategy.root_device)
+    # partitioned one weight at a time as it moves to the device (a whole copy there first
+    # would need the memory ZeRO-3 is there to save); the engine then moves partitions only
+    deepspeed.zero.Init(module=reference, config_dict_or_path=config)
     engine, *_ = deepspeed.initialize(
         args=argparse.Namespace(device_rank=strategy.local_rank),
         model=reference,

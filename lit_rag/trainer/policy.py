@@ -361,7 +361,7 @@ class PolicyModule(LightningModule):
     # ---- optimizer and checkpoints -------------------------------------------------------
     def configure_optimizers(self):
         trained = [p for p in self.model.parameters() if p.requires_grad]
-        strategy = self.trainer.strategy if self._trainer is not None else None
+        strategy = getattr(self._trainer, "strategy", None)  # none: built without a trainer
         optimizer = self.optim.adamw(trained, fused=fused_adamw(trained, strategy))
         steps_per_batch = self.algorithm.mu * self.algorithm.steps_per_pass
         # resuming (a checkpoint restored before this hook): the checkpoint's plan wins

@@ -20,9 +20,11 @@ worker gets the ``local_world_size + r * per_rank + j``-th GPU this process sees
 its own ``CUDA_VISIBLE_DEVICES`` when that is set (:func:`worker_gpus`). A worker's
 environment is the trainer's with its GPU as ``CUDA_VISIBLE_DEVICES`` (:func:`child_environ`).
 
-Faults. A worker that dies, or that finishes no job within ``job_timeout_s`` (a stalled engine, a
-retriever without a timeout), is ended (terminated, killed after a grace period, joined) and
-started again with its unfinished jobs, up to ``max_restarts`` in a run.
+Faults. A worker that dies, that finishes no job within ``job_timeout_s`` (a stalled engine, a
+retriever without a timeout), or that has not received a whole push within ``push_timeout_s``
+is ended (its weight link aborted; the process terminated, killed after a grace period, joined)
+and started again with its unfinished jobs, up to ``max_restarts`` in a run. A worker that dies
+before its weight link is set up did not start. A worker exits by itself when its trainer dies.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ from lit_rag.types import Example, Trajectory
 
 STALE = ("regenerate", "drop")
 ON_FAULT = ("restart", "stop")
+#: how much longer a weight link's collectives may wait than any deadline the trainer sets on
+#: them, so the trainer's deadline (which aborts the link) always comes before NCCL's watchdog
+LINK_GRACE_S = 60.0
 
 
 @dataclass
@@ -83,7 +88,10 @@ class RolloutSettings:
         bucket_mib: Largest piece of a weight push.
         backend: The weight link's transport: ``auto`` (``nccl`` on GPUs, else ``gloo``),
             ``gloo`` or ``nccl``.
-        timeout_s: How long a worker may take to start, or a push to arrive.
+        timeout_s: How long a worker may take to start (its weight link set up included).
+        push_timeout_s: How long the trainer waits, in all, for a worker to receive a whole
+            weight push (every bucket); past it the worker is stuck and is ended and restarted
+            as a dead one is (its link aborted). ``null``: ``timeout_s``.
         job_timeout_s: How long a worker may work on its jobs without finishing one; past it the
             worker is stuck (a stalled engine, a retriever without a timeout) and is ended and
             restarted as a dead one is. ``null``: no deadline.
@@ -99,6 +107,7 @@ class RolloutSettings:
     bucket_mib: float = 512.0
     backend: str = "auto"
     timeout_s: float = 900.0
+    push_timeout_s: float | None = None
     job_timeout_s: float | None = 3600.0
 
     def __post_init__(self) -> None:
@@ -124,15 +133,33 @@ class RolloutSettings:
             problems.append(f"backend '{self.backend}' is not known; allowed: auto, gloo, nccl")
         if self.cores_per_worker < 1 or self.bucket_mib <= 0:
             problems.append("cores_per_worker must be >= 1 and bucket_mib > 0")
-        if self.job_timeout_s is not None and self.job_timeout_s <= 0:
-            problems.append(f"job_timeout_s must be > 0 or null, got {self.job_timeout_s}")
+        problems.extend(self._timeout_problems())
         if problems:
             raise InputError(f"model rollout: {'; '.join(problems)}")
+
+    def _timeout_problems(self) -> list[str]:
+        problems = [f"timeout_s must be > 0, got {self.timeout_s}"] if self.timeout_s <= 0 else []
+        for key in ("push_timeout_s", "job_timeout_s"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                problems.append(f"{key} must be > 0 or null, got {value}")
+        return problems
 
     @property
     def ahead(self) -> int:
         """Batches the workers may start ahead of the trainer."""
         return self.max_staleness if self.prefetch is None else self.prefetch
+
+    @property
+    def push_deadline_s(self) -> float:
+        """How long a whole weight push may take (``push_timeout_s``, else ``timeout_s``)."""
+        return self.timeout_s if self.push_timeout_s is None else self.push_timeout_s
+
+    @property
+    def link_timeout_s(self) -> float:
+        """The weight link's own timeout: :data:`LINK_GRACE_S` past the longest the trainer
+        waits on it (to start, for a push)."""
+        return max(self.timeout_s, self.push_deadline_s) + LINK_GRACE_S
 
 
 class WorkerFault(RuntimeError):
@@ -260,7 +287,7 @@ class WorkerPool:
         return self._started
 
     def close(self) -> None:
-        """Stop the workers (politely, then for good)."""
+        """Stop the workers (politely, then for good) and end their links."""
         for slot in self.slots:
             if slot.process is not None and slot.process.is_alive():
                 slot.inbox.put(Stop())
@@ -268,6 +295,7 @@ class WorkerPool:
             if slot.process is not None:
                 slot.process.join(timeout=10)
                 end_process(slot.process)
+            _end_link(slot)
         self.slots, self._started = [], False
 
     def _spawn(self, slot: _Slot) -> None:
@@ -284,8 +312,9 @@ class WorkerPool:
             backend=launch.backend,
             device="cuda" if gpu is not None else "cpu",
             cores=tuple(cores),
-            timeout_s=self.settings.timeout_s,
+            timeout_s=self.settings.link_timeout_s,
             seed=launch.seed + slot.index,
+            parent=os.getpid(),
         )
         slot.inbox = self._context.Queue()
         slot.busy_since = None
@@ -300,58 +329,88 @@ class WorkerPool:
         slot.store = store
 
     def _await_ready(self, slot: _Slot) -> None:
-        """Wait for ``slot``'s worker to say it is ready; another worker's ``Ready`` read
-        meanwhile is kept for its own turn."""
+        """Wait for ``slot``'s worker to say it is ready, then set up its weight link (both
+        sides complete one transfer); another worker's ``Ready`` read meanwhile is kept for
+        its own turn."""
         deadline = time.monotonic() + self.settings.timeout_s
         while time.monotonic() < deadline:
             if slot.index not in self._ready:
                 self._receive(0.5)
             if slot.index in self._ready:
                 slot.dtype = getattr(torch, self._ready.pop(slot.index))
-                # the trainer's side of the link, once the worker is up (it connects next)
-                slot.link = WeightLink(
-                    slot.store.port, is_trainer=True, backend=self._launch.backend,
-                    timeout_s=self.settings.timeout_s, store=slot.store,
-                )  # fmt: skip
+                self._connect(slot, deadline)
                 return
             if not slot.process.is_alive():
                 break
         raise WorkerFault(f"rollout worker {slot.index} did not start: {self._last_error(slot)}")
 
+    def _connect(self, slot: _Slot, deadline: float) -> None:
+        """The trainer's side of ``slot``'s link, once its worker is up (it connects next); a
+        worker that dies first, or has not connected by ``deadline``, did not start."""
+        process = slot.process
+        try:
+            slot.link = WeightLink(
+                slot.store.port, is_trainer=True, backend=self._launch.backend,
+                timeout_s=self.settings.link_timeout_s, device=str(self._device),
+                store=slot.store, alive=process.is_alive,
+                setup_s=max(deadline - time.monotonic(), 1.0),
+            )  # fmt: skip
+        except OSError as exc:  # ConnectionError, TimeoutError (the link is aborted)
+            process.join(timeout=1.0)  # one that died: its exit code
+            if process.exitcode is not None:
+                why = self._last_error(slot)
+            elif isinstance(exc, TimeoutError):
+                why = f"its weight link was not set up in timeout_s={self.settings.timeout_s:g} s"
+            else:
+                why = str(exc)
+            raise WorkerFault(f"rollout worker {slot.index} did not start: {why}") from None
+
     # ---- weights -------------------------------------------------------------------------
     def push(self, version: int) -> float:
         """Send the policy's weights, as policy ``version``, to every worker; the seconds it
-        took. A worker that dies meanwhile is handled as any fault."""
+        took. A worker that dies meanwhile, or has not received them within
+        ``push_timeout_s``, is handled as any fault."""
         started = time.perf_counter()
         self.version = version
-        broken = self._send_weights([s for s in self.slots if s.process.is_alive()])
+        failed = self._send_weights([s for s in self.slots if s.process.is_alive()])
         for slot in self.slots:
-            if slot.index in broken or not slot.process.is_alive():
-                self._fault(slot)
+            if slot.index in failed or not slot.process.is_alive():
+                self._fault(slot, late=failed.get(slot.index))
         return time.perf_counter() - started
 
-    def _send_weights(self, slots: list[_Slot]) -> set[int]:
-        """Stream the policy's weights (one walk over them) to ``slots``; the indexes of the
-        workers whose link broke."""
+    def _send_weights(self, slots: list[_Slot]) -> dict[int, str | None]:
+        """Stream the policy's weights (one walk over them) to ``slots``, each waited for at
+        most ``push_timeout_s`` in all (the time spent on the others' buckets is not its own);
+        the workers whose push failed, each with why it is late (None: it died or its link
+        broke). A failed worker's link is aborted and it gets no more buckets."""
+        limit = self.settings.push_deadline_s
+        left = {slot.index: limit for slot in slots}  # seconds each worker may still take
         for slot in slots:
             slot.inbox.put(Push(self.version))
         dtype = slots[0].dtype if slots else torch.float32
         device = self._device  # NCCL sends from the training process's GPU
-        broken: set[int] = set()
+        failed: dict[int, str | None] = {}
         for entries, bucket in buckets(
             checkpoint_weights(self._model), dtype, self.settings.bucket_mib, device
         ):
             for slot in slots:
-                if slot.index in broken:
+                if slot.index in failed:
                     continue
                 slot.inbox.put(Bucket(entries, bucket.numel()))
+                sent = time.monotonic()
                 try:
-                    slot.link.send(bucket, slot.process.is_alive)
+                    slot.link.send(bucket, slot.process.is_alive, sent + left[slot.index])
+                    left[slot.index] -= time.monotonic() - sent
+                except TimeoutError:
+                    failed[slot.index] = f"no weight push received in push_timeout_s={limit:g} s"
+                    _end_link(slot)
                 except ConnectionError:
-                    broken.add(slot.index)
+                    failed[slot.index] = None
+                    _end_link(slot)
+                    slot.process.join(timeout=1.0)  # its exit code, for the line that says so
         for slot in slots:
             slot.inbox.put(PushEnd())
-        return broken
+        return failed
 
     # ---- jobs ----------------------------------------------------------------------------
     def submit(
@@ -459,13 +518,14 @@ class WorkerPool:
         return error or f"exit code {code}"
 
     # ---- faults --------------------------------------------------------------------------
-    def _fault(self, slot: _Slot, stuck: str | None = None) -> None:
-        """A worker died (or is ``stuck``: why): one line; end it, restart it and resend its
-        unfinished jobs, or stop."""
+    def _fault(self, slot: _Slot, stuck: str | None = None, late: str | None = None) -> None:
+        """A worker died (or is ``stuck`` with jobs, or ``late`` with a push: why): one line;
+        end it (and its link), restart it and resend its unfinished jobs, or stop."""
         while self._receive(0.05) is not None:  # results it sent before dying count once
             pass
         if stuck is not None and not slot.jobs:  # it answered meanwhile
             return
+        stuck = stuck or late
         reason = stuck or self._last_error(slot)
         # an exception in the worker's own code: it would recur
         if stuck is None and slot.index in self._errors:
@@ -474,14 +534,15 @@ class WorkerPool:
             )
         unfinished = [i for i in slot.jobs if self._jobs.get(i, (None, None))[1] is not None]
         settings = self.settings
+        what = "is stuck" if stuck is not None else "died"
         if self._sharded:  # a push gathers on every rank together: one rank cannot restart
             raise WorkerFault(
-                f"rollout worker {slot.index} died ({reason}) at policy version {self.version}; "
-                "a sharded policy (FSDP, ZeRO-3) cannot restart one rank's worker"
+                f"rollout worker {slot.index} {what} ({reason}) at policy version "
+                f"{self.version}; a sharded policy (FSDP, ZeRO-3) cannot restart one rank's worker"
             )
-        what = "is stuck" if stuck is not None else "died"
         if settings.on_fault == "stop" or self.restarts >= settings.max_restarts:
             end_process(slot.process)
+            _end_link(slot)
             used_up = "" if settings.on_fault == "stop" else f"; {self.restarts} restarts used up"
             raise WorkerFault(
                 f"rollout worker {slot.index} {what} ({reason}) at policy version "
@@ -499,10 +560,15 @@ class WorkerPool:
         jobs = [self._jobs.pop(i)[1] for i in unfinished]
         slot.jobs = []
         end_process(slot.process)  # an orphan would keep its memory (and its GPU)
+        _end_link(slot)  # the new worker opens a new one
         self._spawn(slot)
         self._await_ready(slot)
-        if self._send_weights([slot]):
-            raise WorkerFault(f"rollout worker {slot.index} died again while it got the weights")
+        if slot.index in (failed := self._send_weights([slot])):
+            why = failed[slot.index] or self._last_error(slot)
+            raise WorkerFault(
+                f"rollout worker {slot.index} died again while it got the weights ({why}) at "
+                f"policy version {self.version}"
+            )
         for job in jobs:
             self._send(slot, job)
 
@@ -525,6 +591,13 @@ class WorkerPool:
         self.version = int(state.get("version", 0))
         self.earlier_restarts, self.restarts = int(state.get("restarts", 0)), 0
         self._next_job = int(state.get("next_job", 0))
+
+
+def _end_link(slot: _Slot) -> None:
+    """Abort ``slot``'s weight link, if it has one (every failure path, and at close)."""
+    link, slot.link = slot.link, None
+    if link is not None:
+        link.abort()
 
 
 def _split(examples: list[Example], parts: int) -> list[list[Example]]:

@@ -17,15 +17,24 @@ rollouts do. Every generation therefore carries the ``(first, last)`` versions i
 under (:class:`VersionedEngine`), and so does each segment of a trajectory
 (``Trajectory.versions``). Its sampling log-probs are per token, each computed by the weights
 that drew the token, so the trainer's importance-sampling correction stays exact for a segment
-that spans versions; the staleness of a trajectory counts from its oldest segment.
+that spans versions; the staleness of a trajectory counts from its oldest segment. A push is
+loaded as it arrives, bucket by bucket, all within one ``step_hook`` call: no engine step runs
+between two of its buckets, so it is applied as one version.
+
+A worker never outlives its trainer (:func:`watch_parent`): an orphan would wait forever
+holding its GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pickle
 import queue
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -61,12 +70,15 @@ class WorkerSpec:
     backend: str = "gloo"
     device: str = "cpu"
     cores: tuple[int, ...] = ()
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # the weight link's
     seed: int = 0  # the engine's seed where the recipe sets none
+    parent: int = 0  # the trainer's pid (0: not watched)
 
 
 def main(spec: WorkerSpec, inbox, outbox) -> None:
-    """The worker process: start, say ready, serve until told to stop."""
+    """The worker process: start, say ready, serve until told to stop (or until its trainer
+    dies)."""
+    watch_parent(spec.parent, f"rollout worker {spec.index}")
     try:
         worker = WorkerProcess(spec, inbox, outbox)
     except BaseException as exc:  # noqa: BLE001 (reported to the trainer in one line)
@@ -102,7 +114,7 @@ class WorkerProcess:
         # then the link (the trainer opens its side once it knows this worker started)
         self.link = WeightLink(
             spec.port, is_trainer=False, backend=spec.backend, timeout_s=spec.timeout_s,
-            device=spec.device,
+            device=spec.device, alive=lambda: parent_alive(spec.parent),
         )  # fmt: skip
 
     def run(self) -> None:
@@ -132,13 +144,20 @@ class WorkerProcess:
                 self.handle(message)
 
     def receive(self, version: int) -> None:
-        """A push: every bucket first (the trainer waits only for the transfer), then the
-        engine loads them."""
-        weights = []
-        while isinstance(message := self.inbox.get(), Bucket):  # then PushEnd
-            weights.extend(unpack(message.entries, self.link.receive(message.size)))
-        self.engine.receive_weights(weights)
+        """A push, loaded as it arrives: the engine reads each bucket's tensors as soon as that
+        bucket is in, and the next one is received when it asks for more, so this process holds
+        about one bucket beside the engine's weights (never a second copy of them). The whole
+        push is applied here, as one version."""
+        pushed = self._pushed()
+        self.engine.receive_weights(pushed)
+        for _ in pushed:  # what the engine left unread still arrives: the next push starts clean
+            pass
         self.version = version
+
+    def _pushed(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The push's tensors, each bucket received when the one before has been read."""
+        while isinstance(message := self.inbox.get(), Bucket):  # then PushEnd
+            yield from unpack(message.entries, self.link.receive(message.size))
 
     def run_job(self, job: Job) -> None:
         started = time.perf_counter()
@@ -196,6 +215,52 @@ class VersionedEngine(RolloutEngine):
     def generating(self) -> Iterator[None]:
         with self.inner.generating():
             yield
+
+
+def watch_parent(parent: int, name: str, poll_s: float = 0.5) -> None:
+    """End this process at once (``os._exit``: no cleanup that could wait on the dead trainer,
+    and the GPU is freed) when ``parent``, the trainer that spawned it, dies, even by
+    SIGKILL. On Linux the kernel sends SIGKILL (``prctl(PR_SET_PDEATHSIG)``; it fires when the
+    parent's spawning thread ends, and the training loop spawns from its main thread);
+    everywhere a thread compares ``os.getppid()`` with ``parent`` every ``poll_s``. 0: not
+    watched."""
+    if not parent:
+        return
+    _kill_with_parent()
+    if not parent_alive(parent):  # it died before the signal was set
+        _orphaned(parent, name)
+
+    def watch() -> None:
+        while parent_alive(parent):
+            time.sleep(poll_s)
+        _orphaned(parent, name)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def parent_alive(parent: int) -> bool:
+    """Whether this process's parent is still ``parent`` (an orphan's is another: init, or a
+    subreaper); 0: not watched."""
+    return not parent or os.getppid() == parent
+
+
+#: prctl's option (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
+
+
+def _kill_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies; elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _orphaned(parent: int, name: str) -> None:
+    print(f"lit-rag: {name}: its trainer (pid {parent}) is gone; exiting", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _pin(cores: tuple[int, ...]) -> None:
