@@ -12,7 +12,8 @@ micro-batch (``T_c`` of them completion tokens), ``V`` the vocabulary:
   FSDP (a unit's weights share one dtype), the adapters alone with LoRA elsewhere (the frozen
   base keeps the loaded dtype);
 - gradients: ``P_t x`` master bytes (twice under DDP: its reduction buckets copy them),
-  ``/ N`` under FSDP and ZeRO-2/3;
+  ``/ N`` under FSDP and ZeRO-2/3, but whole on the device under FSDP with CPU offload (the
+  micro-batches add up inside ``no_sync``);
 - optimizer state: AdamW's two states, ``2 x P_t x`` master bytes (``/ N`` under FSDP);
   DeepSpeed holds the module in the compute dtype and fp32 master weights and states,
   ``12 x P_t / N``;
@@ -328,6 +329,11 @@ def optimizer_parts(plan: Plan) -> list[Part]:
     grads = trained * grad_bytes
     if plan.strategy == "ddp" and n > 1:
         grad = Part("gradients", int(2 * grads), "update", note="trained weights' + DDP buckets")
+    elif plan.strategy == "fsdp" and plan.offload:
+        # FSDP1 cannot add up offloaded shards: micro-batches accumulate the whole gradient on
+        # the device inside no_sync (lit_rag.models.strategies.accumulates_unsynced)
+        note = "whole on the device: micro-batches add up inside no_sync (offload)"
+        grad = Part("gradients", int(grads), "update", note=note)
     elif plan.strategy in ("fsdp", "deepspeed_stage_3", "deepspeed_stage_2") and n > 1:
         bucket = min(trained, DEEPSPEED_BUCKET) * grad_bytes if plan.deepspeed else 0
         note = f"1/{n} per device" + (" + reduction bucket" if bucket else "")

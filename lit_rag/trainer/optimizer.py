@@ -68,14 +68,21 @@ class OptimizerSettings:
             )
 
     def adamw(self, params, fused: bool = False) -> torch.optim.AdamW:
-        """AdamW over ``params``; ``fused``: torch's fused kernel (:func:`fused_adamw`)."""
-        return torch.optim.AdamW(
+        """AdamW over ``params``; ``fused``: torch's fused kernel (:func:`fused_adamw`).
+
+        A fused AdamW declares that its step can unscale fp16 gradients itself, which makes
+        Lightning refuse to clip them first; lit-rag lets the gradient scaler unscale them
+        before clipping, as for any optimizer (the kernel then steps on unscaled gradients).
+        """
+        optimizer = torch.optim.AdamW(
             params,
             lr=self.lr,
             weight_decay=self.weight_decay,
             betas=self.betas,
             **({"fused": True} if fused else {}),
         )
+        optimizer._step_supports_amp_scaling = False
+        return optimizer
 
     def plan(self, trainer, steps_per_batch: int) -> dict:
         """This run's learning-rate plan (:func:`~lit_rag.trainer.schedule.plan_schedule`)."""

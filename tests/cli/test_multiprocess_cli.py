@@ -110,8 +110,8 @@ LORA = '--model.policy.lora={"r": 8, "alpha": 16, "dropout": 0.0}'
     [
         ("fsdp", "fsdp", "bf16-mixed", "bfloat16"),  # the paper recipes' pair
         ("fsdp", "fsdp", "bf16-mixed", "float32"),  # the quickstart's where bf16 is native
-        ("fsdp", "fsdp", "32-true", "float32"),  # the quickstart's elsewhere
-        ("ddp", "ddp", "bf16-mixed", "bfloat16"),
+        pytest.param("fsdp", "fsdp", "32-true", "float32", marks=pytest.mark.slow),  # elsewhere
+        pytest.param("ddp", "ddp", "bf16-mixed", "bfloat16", marks=pytest.mark.slow),
         pytest.param(
             "deepspeed_stage_2", "deepspeed", "bf16-mixed", "bfloat16", marks=pytest.mark.slow
         ),

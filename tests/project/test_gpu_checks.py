@@ -22,6 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a one-step lit-rag fit (tests/trainer/test_master_weights.py runs it too)
 def test_on_the_cpu_the_masters_check_passes_and_gpu_checks_skip():
     done = run("--device", "cpu", "masters", "offload", "link")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
@@ -45,3 +46,17 @@ def test_a_failing_check_is_one_fail_line_and_exit_1(monkeypatch, capsys):
     assert gpu_checks.main(["--device", "cpu", "masters"]) == 1
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("FAIL masters") and "torch.bfloat16" in line
+
+
+def test_gpu_only_checks_say_skip_and_why_on_the_cpu():
+    done = run("--device", "cpu", "offload", "index", "link", "peak", "mismatch")
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    verdicts = [line.split(maxsplit=4) for line in done.stdout.splitlines()]
+    assert [v[:2] for v in verdicts] == [
+        ["SKIP", "offload"],
+        ["SKIP", "index"],
+        ["SKIP", "link"],
+        ["SKIP", "peak"],
+        ["SKIP", "mismatch"],
+    ]
+    assert all(len(v) == 5 and v[4] for v in verdicts)  # each says why

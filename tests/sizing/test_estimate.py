@@ -173,3 +173,14 @@ def test_a_sleeping_vllm_and_the_update_take_turns():
     always = sum(p.bytes for p in asleep.parts if p.phase == "always" and not p.host)
     update = sum(p.bytes for p in asleep.parts if p.phase == "update")
     assert asleep.total == always + max(40 * GiB, update)
+
+
+def test_fsdp_with_cpu_offload_accumulates_the_whole_gradient_on_the_device():
+    """FSDP1 overwrites offloaded gradient shards at every backward, so lit-rag adds an
+    optimizer step's micro-batches up inside ``no_sync``: the whole fp32 gradient (4 bytes a
+    trained weight) on each device, not a quarter of it on the host."""
+    n = tiny_plan().model.parameters()
+    offload = estimate(tiny_plan(devices=4, offload=True))
+    plain = estimate(tiny_plan(devices=4))
+    assert part(offload, "gradients") == 4 * n
+    assert part(plain, "gradients") == 4 * n // 4

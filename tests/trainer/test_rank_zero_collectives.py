@@ -47,11 +47,27 @@ def _functions(tree: ast.AST):
     return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
+#: receivers whose calls are not collectives of the training ranks: a weight link's own
+#: two-process group with one rollout worker (lit_rag/rollout/workers/transport.py; ``group``
+#: where the link is being set up), which no other training rank joins
+LINK_GROUPS = {"self.group", "group"}
+
+
+def _on_link_group(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in COLLECTIVES
+        and ast.unparse(node.value) in LINK_GROUPS
+    )
+
+
 def _names(node: ast.AST) -> set[str]:
     """The names a node calls (``a.b.c()`` gives c, ``f()`` gives f), the collectives it reads
     as attributes (``trainer.log_dir``), and ``sync_dist`` when set to anything but False."""
     found: set[str] = set()
     for sub in ast.walk(node):
+        if _on_link_group(sub) or (isinstance(sub, ast.Call) and _on_link_group(sub.func)):
+            continue
         if isinstance(sub, ast.Attribute) and sub.attr in COLLECTIVES:
             found.add(sub.attr)
         elif isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)):
