@@ -74,12 +74,6 @@ def forward_gathers(model: torch.nn.Module) -> bool:
     return is_sharded(model) or is_zero3(model)
 
 
-def offloads_gradients(strategy) -> bool:
-    """Whether ``strategy`` is FSDP with ``cpu_offload``: its sharded gradients live on the host."""
-    offload = getattr(strategy, "cpu_offload", None) if is_fsdp(strategy) else None
-    return bool(getattr(offload, "offload_params", False))
-
-
 def accumulates_unsynced(strategy) -> bool:
     """Whether an optimizer step's micro-batches but the last run inside ``no_sync()``.
 
@@ -92,7 +86,8 @@ def accumulates_unsynced(strategy) -> bool:
     device (one full gradient per rank: the price of offloading with accumulation), and the
     last pass reduces the sum. Without offload FSDP adds the reduced shards itself.
     """
-    return offloads_gradients(strategy)
+    offload = getattr(strategy, "cpu_offload", None) if is_fsdp(strategy) else None
+    return bool(getattr(offload, "offload_params", False))
 
 
 def is_sharded(model: torch.nn.Module) -> bool:

@@ -183,22 +183,21 @@ def _forward_picked_logprobs(
     base = _base_model(model)
     head = base.get_output_embeddings()
     softcap = getattr(base.config, "final_logit_softcapping", None)
-    if chunk_tokens is not None and head is not None and not softcap:
-        with _picking_head(head, rows, picked_at, packed.targets, temperature, chunk_tokens):
-            return model(
-                input_ids=packed.input_ids,
-                position_ids=packed.position_ids,
-                use_cache=False,
-                logits_to_keep=keep,
-                **inputs,
-            ).logits  # [T]
-    logits = model(
-        input_ids=packed.input_ids,
-        position_ids=packed.position_ids,
-        use_cache=False,
-        logits_to_keep=keep,
-        **inputs,
-    ).logits  # [R, K, V]
+    picking = chunk_tokens is not None and head is not None and not softcap
+    with (
+        _picking_head(head, rows, picked_at, packed.targets, temperature, chunk_tokens)
+        if picking
+        else contextlib.nullcontext()
+    ):
+        logits = model(
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            use_cache=False,
+            logits_to_keep=keep,
+            **inputs,
+        ).logits  # picking: [T] log-probs; else [R, K, V]
+    if picking:
+        return logits
     picked = logits[rows, picked_at].float()  # [T, V]
     if temperature != 1.0:
         picked = picked / temperature

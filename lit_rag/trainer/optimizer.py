@@ -97,9 +97,9 @@ def fused_adamw(params: list[torch.Tensor], strategy=None) -> bool:
 
     The same update, one kernel over all weights instead of a loop of small operations: on the
     host (FSDP's ``cpu_offload`` steps the fp32 masters there, ten times a batch in the
-    Eval-RAR and Search-R1 recipes) it measured 1.36 ns per weight at one thread against 7.28
+    Eval-RAR and Search-R1 recipes) it measured 1.36 ns per weight at one thread against 8.04
     for torch's default on CPU (``python benchmarks/host_optimizer.py``, Intel Xeon with AMX):
-    26 s instead of 139 s a batch for a rank's shard of a 7B policy over 4 ranks.
+    26 s instead of 153 s a batch for a rank's shard of a 7B policy over 4 ranks.
     """
     if strategy is not None and _is_deepspeed(strategy):
         return False

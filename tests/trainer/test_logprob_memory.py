@@ -92,9 +92,8 @@ def _through_forward(model, packed, chunk: int | None) -> torch.Tensor:
     if chunk is None:  # the whole-logits path: the picking head off
         from lit_rag.trainer import logprobs
 
-        base, keep = model, logprobs._forward_picked_logprobs
         inputs = {"attention_mask": logprobs.model_mask(packed.attention_mask, None)}
-        values = keep(base, packed, inputs, 1.0, chunk_tokens=None)
+        values = logprobs._forward_picked_logprobs(model, packed, inputs, 1.0, chunk_tokens=None)
         out = torch.zeros(packed.rows * packed.width, dtype=values.dtype)
         return out.index_copy(0, packed.slots, values).view(packed.rows, packed.width)
     return packed_logprobs(model, packed, chunk_tokens=chunk, through_forward=True, split=False)

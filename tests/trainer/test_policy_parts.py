@@ -132,7 +132,7 @@ def test_an_algorithm_without_a_count_keeps_each_ranks_mean():
 
 def test_adamw_is_fused_where_every_trained_weight_is_a_float_on_cpu_or_cuda():
     """torch's fused AdamW: one kernel over the weights (the host's step under FSDP CPU offload:
-    1.36 against 7.28 ns a weight, benchmarks/host_optimizer.py); not under DeepSpeed, whose
+    1.36 against 8.04 ns a weight, benchmarks/host_optimizer.py); not under DeepSpeed, whose
     ZeRO optimizer wraps the one it is given, nor for integer tensors."""
     from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 
