@@ -29,10 +29,13 @@ this module
 - Tools, the sixth plugin kind (``lit_rag.tools``): :class:`Tool` (a schema and ``run``),
   :class:`FunctionTool` (a typed, documented function), :class:`ToolBox` (checked, limited,
   cached, timed calls on one event loop), :class:`ToolCall`, :class:`ToolResult`,
-  :class:`ToolError`, :class:`ServerDied`, :data:`TOOL_ERRORS`, :func:`build_tools`; MCP
+  :class:`ToolError`, :class:`ServerDied`, :data:`TOOL_ERRORS`, :data:`ENVIRONMENT_ERRORS`,
+  :func:`build_tools`; MCP
   servers' tools (:class:`McpServer`, :func:`connect_mcp`); the parsers of models' calls
-  (:class:`Parsed`, :func:`tool_call_parser`) and :func:`tool_chat_template` (imported on
-  first use, from :mod:`lit_rag.tools`).
+  (:class:`Parsed`, :func:`tool_call_parser`), :func:`tool_chat_template` and
+  :func:`choose_tool_template` (a template that preserves prefixes, or its family's training
+  template), :func:`template_prefix_problem`, :func:`template_opening` (imported on first
+  use, from :mod:`lit_rag.tools`).
 - Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
   :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
 - Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
@@ -213,8 +216,8 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         is_zero3,
         policy_path,
     )
-    from lit_rag.tools.base import ERRORS as TOOL_ERRORS
     from lit_rag.tools.base import (
+        ENVIRONMENT_ERRORS,
         FunctionTool,
         ServerDied,
         Tool,
@@ -224,11 +227,15 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
         ToolResult,
         build_tools,
     )
+    from lit_rag.tools.base import ERRORS as TOOL_ERRORS
     from lit_rag.tools.mcp import McpServer
     from lit_rag.tools.mcp import connect as connect_mcp
     from lit_rag.tools.parsers import Parsed
     from lit_rag.tools.parsers import parser as tool_call_parser
     from lit_rag.tools.templates import chat_template as tool_chat_template
+    from lit_rag.tools.templates import choose as choose_tool_template
+    from lit_rag.tools.templates import generation_text as template_opening
+    from lit_rag.tools.templates import prefix_problem as template_prefix_problem
     from lit_rag.trainer.kl import ESTIMATORS as KL_ESTIMATORS
     from lit_rag.trainer.kl import get_estimator as kl_estimator
 
@@ -291,6 +298,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ToolEpisode": ("lit_rag.contracts.methods", "ToolEpisode"),
     "CallTools": ("lit_rag.contracts.episodes", "CallTools"),
     "TOOL_ERRORS": ("lit_rag.tools.base", "ERRORS"),
+    "ENVIRONMENT_ERRORS": ("lit_rag.tools.base", "ENVIRONMENT_ERRORS"),
     "FunctionTool": ("lit_rag.tools.base", "FunctionTool"),
     "ServerDied": ("lit_rag.tools.base", "ServerDied"),
     "Tool": ("lit_rag.tools.base", "Tool"),
@@ -304,6 +312,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Parsed": ("lit_rag.tools.parsers", "Parsed"),
     "tool_call_parser": ("lit_rag.tools.parsers", "parser"),
     "tool_chat_template": ("lit_rag.tools.templates", "chat_template"),
+    "choose_tool_template": ("lit_rag.tools.templates", "choose"),
+    "template_opening": ("lit_rag.tools.templates", "generation_text"),
+    "template_prefix_problem": ("lit_rag.tools.templates", "prefix_problem"),
     "VerifiersEnv": ("lit_rag.integrations.verifiers", "VerifiersEnv"),
     "verifiers_conversation": ("lit_rag.integrations.verifiers", "conversation"),
 }
@@ -415,6 +426,7 @@ __all__ = [
     "ToolEpisode",
     "CallTools",
     "TOOL_ERRORS",
+    "ENVIRONMENT_ERRORS",
     "FunctionTool",
     "ServerDied",
     "Tool",
@@ -428,6 +440,9 @@ __all__ = [
     "Parsed",
     "tool_call_parser",
     "tool_chat_template",
+    "choose_tool_template",
+    "template_opening",
+    "template_prefix_problem",
     "VerifiersEnv",
     "verifiers_conversation",
     "Step",

@@ -238,6 +238,9 @@ class Trajectory:
             engines, which sample the current weights.
         staleness: Policy versions between the weights it is trained on and those that
             sampled its oldest segment (set by rollout workers; 0: the current weights).
+        failed: Why the environment, not the policy, failed the episode ("" when it did not):
+            a tool server that died, a tool that timed out. Such an episode leaves the loss
+            and its group's baseline (``model.environment_failures``).
     """
 
     example: Example
@@ -257,6 +260,7 @@ class Trajectory:
     token_mismatch: int = 0
     versions: list[tuple[int, int]] = field(default_factory=list)
     staleness: int = 0
+    failed: str = ""
 
     @property
     def policy_text(self) -> str:
@@ -295,10 +299,15 @@ class RewardBreakdown:
         total: ``[N]`` (one per trajectory) or ``[N, T]`` for step-level methods.
         components: Name -> tensor of the same shape as ``total``, each logged on its own
             as ``reward/<name>``.
+        failed: ``[N]`` bool, True where the reward could not score a trajectory for a reason
+            outside the policy (a judge that gave no verdict); None: none failed. Such a
+            trajectory leaves the loss and its group's baseline, as an episode the environment
+            failed does (:attr:`Trajectory.failed`).
     """
 
     total: torch.Tensor
     components: dict[str, torch.Tensor] = field(default_factory=dict)
+    failed: torch.Tensor | None = None
 
 
 @dataclass

@@ -121,6 +121,7 @@ if [ "$DEV" = "1" ]; then
   run python -m pip install -q --no-deps -e plugins/lit-rag-length-penalty -e plugins/lit-rag-tfidf \
     -e plugins/lit-rag-closed-book -e plugins/lit-rag-reinforce-loo -e plugins/lit-rag-lagged-engine \
     -e plugins/lit-rag-sql-tool
+  run python -m pip install -q --no-deps dashscope==2.0.2 llama-models==0.3.0
 fi
 # The scale tests: bitsandbytes' 4-bit layers run on CPU (QLoRA) and on GPUs (QLoRA recipes),
 # and DeepSpeed must be importable for recipes to build with its strategy. DeepSpeed ships as a

@@ -22,8 +22,9 @@ environment adds: loss mask 0) and returns:
   finished segments are one batched retriever call (one per ``k``), after which their handlers
   run in the order the searches were asked for;
 - :class:`CallTools`: tool calls (a tool agent). Those asked for while the loop handles one
-  batch of finished segments run together, concurrently, on the loop's
-  :class:`~lit_rag.tools.ToolBox`, then their handlers run in the order asked;
+  batch of finished segments start together, concurrently, on the loop's
+  :class:`~lit_rag.tools.ToolBox` (a batched tool's calls of every episode as one batch);
+  what the loop does while they run is its ``overlap`` (below);
 - ``None``: the episode is over (``done``).
 
 Example, an agent that searches once and then answers::
@@ -46,10 +47,27 @@ submission order, as one ``generate`` per sampling setting; the loop submits in 
 handlers run, so an environment whose handlers all end in a :class:`Search` (an empty one
 where nothing is retrieved) steps its episodes exactly as a phase-by-phase loop that
 generates every live episode together would.
+
+Tool calls and generation (``overlap``). Without overlap the loop waits for the tool calls
+asked for in one batch and runs their handlers in the order asked before it collects again:
+with the default ``collect`` an episode back from its tools joins the next ``generate`` of the
+others, so the tool agent (whose live episodes are all at one phase) steps exactly as a
+phase-by-phase loop. With overlap the calls run in the background while the loop keeps
+collecting other episodes' segments; an episode's handler runs as soon as all its calls are
+back (those back together in the order asked, after the segments collected meanwhile), and
+the loop waits for the tools only when no segment is in flight. That is verl's agent loop,
+where each trajectory awaits its own tool calls while the server generates the others', and
+what an engine that batches continuously (``vllm``) wants; with the default ``collect`` it
+would split one ``generate`` into two whenever tools are quicker than a segment, so
+``overlap=None`` (the default) turns it on only for an engine with its own ``collect``.
+Either way the calls are the same, and an engine whose samples depend on their prompt alone
+gives the same trajectories.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -232,6 +250,15 @@ def start_episodes(examples: list[Example], prompts) -> list[Episode]:
 Handler = Callable[["EpisodeLoop", Episode, Any], Request]
 
 
+def batches_continuously(engine: RolloutEngine) -> bool:
+    """The engine's ``collect`` is its own (``vllm``'s returns what finished first), not the
+    default one that runs everything queued through ``generate``; a wrapper engine (one with
+    an ``inner`` engine, a rollout worker's) is judged by the engine it wraps."""
+    while isinstance(getattr(engine, "inner", None), RolloutEngine):
+        engine = engine.inner
+    return type(engine).collect is not RolloutEngine.collect
+
+
 class EpisodeLoop:
     """Runs episodes to their end through the engine's ``submit`` / ``collect``.
 
@@ -240,6 +267,9 @@ class EpisodeLoop:
         params: The rollout's sampling settings; handlers derive each segment's from them.
         retriever: What :class:`Search` requests query (None: no handler may search).
         tools: What :class:`CallTools` requests call (a :class:`~lit_rag.tools.ToolBox`).
+        overlap: Keep collecting other episodes' segments while tool calls run (module doc);
+            None: the tools' own setting (``ToolBox.overlap``), else on where the engine
+            batches continuously (:func:`batches_continuously`).
     """
 
     def __init__(
@@ -248,15 +278,23 @@ class EpisodeLoop:
         params: SamplingParams,
         retriever: Any = None,
         tools: Any = None,
+        overlap: bool | None = None,
     ) -> None:
         self.engine, self.params, self.retriever, self.tools = engine, params, retriever, tools
         self.tokenizer = engine.tokenizer
         #: the engine's context window: a segment never asks for more than it leaves
         self.window = engine.context_window()
+        if overlap is None:
+            overlap = getattr(tools, "overlap", None)
+        #: tool calls run while the engine generates (module doc)
+        self.overlap = batches_continuously(engine) if overlap is None else overlap
+        #: seconds :meth:`run` waited for tool calls with no segment in flight
+        self.tool_wait_s = 0.0
         self._cache: dict[str, list[int]] = {}
         self._waiting: dict[int, tuple[Episode, Generate]] = {}
         self._searches: list[tuple[Episode, Search]] = []
         self._calls: list[tuple[Episode, CallTools]] = []
+        self._running: list[tuple[Episode, concurrent.futures.Future]] = []
         self._started: list[Episode] = []
 
     def encode(self, text: str) -> list[int]:
@@ -287,24 +325,32 @@ class EpisodeLoop:
 
     def run(self, episodes: list[Episode], handlers: dict[str, Handler]) -> list[Episode]:
         """Dispatch every episode's current state (``"start"`` for a new one) with no result,
-        then keep collecting and dispatching until no episode waits; returns ``episodes``."""
+        then keep collecting and dispatching until no episode waits for a segment or its tool
+        calls; returns ``episodes``."""
         self._handlers = handlers
         for e in episodes:
             if not e.done:
                 self._dispatch(e, None)
         self._search()
-        while self._waiting:
-            finished = self.engine.collect()
-            if not finished:
-                raise RuntimeError(
-                    f"the engine collected nothing with {len(self._waiting)} segments submitted"
-                )
-            for ticket, generation in finished:
-                e, request = self._waiting.pop(ticket)
-                e.turns.append(Turn(request.prompt_text, request.prompt, generation))
-                self._dispatch(e, generation)
+        while self._waiting or self._running:
+            if self._waiting:
+                self._collect()
+                self._search()
+            self._calls_back(wait=not self._waiting)
             self._search()
         return episodes
+
+    def _collect(self) -> None:
+        """Collect finished segments from the engine and dispatch each."""
+        finished = self.engine.collect()
+        if not finished:
+            raise RuntimeError(
+                f"the engine collected nothing with {len(self._waiting)} segments submitted"
+            )
+        for ticket, generation in finished:
+            e, request = self._waiting.pop(ticket)
+            e.turns.append(Turn(request.prompt_text, request.prompt, generation))
+            self._dispatch(e, generation)
 
     def start(self, episodes: list[Episode]) -> None:
         """Start more episodes while the loop runs (from a handler): each one's current state
@@ -372,19 +418,50 @@ class EpisodeLoop:
 
     def _search(self) -> None:
         """The searches and tool calls asked for so far: one batched retriever call per ``k``,
-        then each search's handler in the order asked; then every tool call at once, then
-        their handlers in order (searches and calls those handlers ask for run next)."""
+        then each search's handler in the order asked; then every tool call started at once
+        (without overlap: waited for, their handlers run in order); searches and calls those
+        handlers ask for run next."""
         while self._searches or self._calls:
             self._run_searches()
             self._run_calls()
 
     def _run_calls(self) -> None:
+        if not self._calls:
+            return
         calls, self._calls = self._calls, []
-        flat = [c for _, request in calls for c in request.calls]
-        results = self.tools.call_all(flat) if flat else []
-        for e, request in calls:
-            mine, results = results[: len(request.calls)], results[len(request.calls) :]
-            self._dispatch(e, mine)
+        futures = self.tools.start([request.calls for _, request in calls])
+        running = [(e, future) for (e, _), future in zip(calls, futures, strict=True)]
+        if self.overlap:
+            self._running.extend(running)
+            return
+        for e, future in running:
+            self._dispatch(e, self._wait(future))
+
+    def _calls_back(self, wait: bool) -> None:
+        """Dispatch the episodes whose tool calls are all back, in the order asked; with
+        ``wait``, first wait until one is."""
+        if not self._running:
+            return
+        if wait:
+            started = time.perf_counter()
+            futures = [future for _, future in self._running]
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
+            self.tool_wait_s += time.perf_counter() - started
+        back: list[tuple[Episode, concurrent.futures.Future]] = []
+        still: list[tuple[Episode, concurrent.futures.Future]] = []
+        for item in self._running:  # one look at each: a call may finish meanwhile
+            (back if item[1].done() else still).append(item)
+        self._running = still
+        for e, future in back:
+            self._dispatch(e, future.result())
+
+    def _wait(self, future: concurrent.futures.Future) -> list:
+        """A tool call group's results, the time waited counted in :attr:`tool_wait_s`."""
+        started = time.perf_counter()
+        try:
+            return future.result()
+        finally:
+            self.tool_wait_s += time.perf_counter() - started
 
     def _run_searches(self) -> None:
         if self._searches:

@@ -162,9 +162,13 @@ class ToolEpisode(Contract):
             over the episode's budget).
         answer: The final answer (the answer tool's argument, else the last message's text);
             None when the episode gave none.
-        failed: Why the episode counts as failed ("" when it does not): a tool server died.
-        template_mismatch: 1 when, after a tool turn, the conversation as trained differs
-            from a full re-rendering of its messages, tokenized; 0 when every turn lines up.
+        failed: Why the environment failed the episode ("" when it did not): a tool's
+            server died or a call timed out (:data:`lit_rag.tools.ENVIRONMENT_ERRORS`).
+        template_mismatch: Tool turns whose text, as trained, differs from a re-rendering of
+            the conversation (each turn compared on its own); 0 when every turn lines up.
+        retokenized: Tool turns whose text is the re-rendering's but whose sampled ids are
+            not the tokenizer's encoding of it.
+        written: Tool calls the model wrote, well-formed or not.
     """
 
     producer: ClassVar[str] = "tool_agent"
@@ -176,3 +180,5 @@ class ToolEpisode(Contract):
     answer: str | None
     failed: str = ""
     template_mismatch: int = 0
+    written: int = 0
+    retokenized: int = 0

@@ -29,7 +29,10 @@ whose protocols differ are never shown as one table without lines naming each di
 test file is missing is named under the table with the command that writes it, never skipped
 silently. LJ (ARENA's LLM-as-a-judge, Appendix C.3) asks the judge named by ``--judge`` (any
 OpenAI-compatible endpoint: OpenAI, a local ``vllm serve``) with the paper's prompt at temperature
-0; without one the column shows '–'.
+0; without one the column shows '–'. A thinking judge gets room to reason (``--judge-max-tokens``,
+1024 by default; the verdict is read after its ``</think>``) or has it turned off
+(``--judge-chat-template-kwargs '{"enable_thinking": false}'``); ``--judge-extra-body`` adds
+request fields.
 
 Under the table, each setting the paper states (model size, corpus, retriever, top-k, R2AG's
 t, turns, decoding, normalization, question counts, judge) is compared with the record, a line
@@ -46,6 +49,7 @@ This module runs the command, the models and the judge; the protocol is
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import warnings
@@ -66,7 +70,7 @@ from lit_rag.evaluate.records import (
 )
 from lit_rag.evaluate.suites import ARENA_JUDGE_PROMPT, SUITES, Suite
 from lit_rag.evaluate.table import render
-from lit_rag.judges import Judge, JudgeCase
+from lit_rag.judges import Judge, JudgeCase, Verdict
 
 #: environment settings recorded per dataset (the suite may set them per dataset): R2AG's
 #: top-t/x and whether predicted queries retrieve
@@ -137,6 +141,7 @@ def build_parser() -> CommandParser:
         metavar="VAR",
         help="environment variable holding the judge's API key (default: OPENAI_API_KEY)",
     )
+    add_judge_request_options(parser)
     parser.add_argument(
         "--records", nargs="+", metavar="RECORD", help="print the table of saved record.json files"
     )
@@ -161,7 +166,7 @@ def main(args: list[str]) -> None:
     out = Path(options.out or f"runs/evaluate/{suite.name}")
     records = score_models(options, suite, recipe, overrides, files, out)
     if options.judge and any(m.judge for m in suite.metrics):
-        judge = (options.judge, options.judge_model, options.judge_key_env)
+        judge = judge_settings(options)
         for record in records:
             add_judgements(record, out, judge)
     for record in records:
@@ -479,38 +484,101 @@ def _parameters(module) -> int:
 # ---- LLM-as-a-judge ------------------------------------------------------------------------
 
 
-def add_judgements(record: dict, out: Path, judge: tuple[str, str, str]) -> None:
+def add_judge_request_options(parser: CommandParser) -> None:
+    """``--judge-max-tokens``, ``--judge-chat-template-kwargs``, ``--judge-extra-body``,
+    ``--judge-template-opens-think``: what each request to the judge carries
+    (:class:`~lit_rag.judges.Judge`'s settings of those names)."""
+    parser.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="the judge's reply budget, reasoning included (default: 1024)",
+    )
+    parser.add_argument(
+        "--judge-chat-template-kwargs",
+        type=json_mapping,
+        metavar="JSON",
+        help="the judge's chat template arguments, e.g. '{\"enable_thinking\": false}'",
+    )
+    parser.add_argument(
+        "--judge-extra-body",
+        type=json_mapping,
+        metavar="JSON",
+        help="more fields for each request to the judge, e.g. '{\"top_p\": 1.0}'",
+    )
+    parser.add_argument(
+        "--judge-template-opens-think",
+        action="store_true",
+        help="the judge's chat template opens <think> in the prompt (QwQ, DeepSeek-R1)",
+    )
+
+
+def json_mapping(text: str) -> dict:
+    """A JSON object given on the command line (argparse names the flag when it is not one)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
+def judge_settings(options: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~lit_rag.judges.Judge` settings the ``--judge*`` options name."""
+    return {
+        "base_url": options.judge,
+        "model": options.judge_model,
+        "api_key_env": options.judge_key_env,
+        "max_tokens": options.judge_max_tokens,
+        "chat_template_kwargs": options.judge_chat_template_kwargs,
+        "extra_body": options.judge_extra_body,
+        "template_opens_think": options.judge_template_opens_think,
+    }
+
+
+def add_judgements(record: dict, out: Path, judge: dict[str, Any]) -> None:
     """ARENA's LJ (Appendix C.3) on each prediction, and its mean per dataset: the first yes /
-    no of the judge's reply (a reply with neither is a no); a failed call stops with one line."""
-    url, model, key_env = judge
+    no of the judge's reply after its reasoning (a reply with neither is a no); a failed call
+    or a reply cut off inside its reasoning stops with one line. ``judge``: the
+    :class:`~lit_rag.judges.Judge` settings of the ``--judge*`` options (:func:`judge_settings`)."""
+    url, model = judge["base_url"], judge["model"]
     try:
         lj = Judge(
-            base_url=url,
-            model=model,
-            api_key_env=key_env,
+            **judge,
             # ARENA's prompt in the judge's field names; its text is unchanged
             prompt=ARENA_JUDGE_PROMPT.format(
                 correct_answer="{answers}", model_response="{response}"
             ),
             score="yes_no",
-            max_tokens=4,
             temperature=0.0,
             timeout_s=600.0,  # the openai client's default read timeout
             retries=3,
             max_concurrency=8,
         )
-    except InputError as err:  # the openai package is missing
+    except InputError as err:  # the openai package is missing, a request setting is wrong
         raise InputError(f"evaluate: --judge: {err}") from None
     for dataset, rows in record["predictions"].items():
         verdicts = lj.scores([JudgeCase("", row["answers"], row["prediction"]) for row in rows])
         failed = next((v for v in verdicts if v.score is None and v.error != "unparsable"), None)
         if failed is not None:
             raise InputError(
-                f"evaluate: judge {model} at {url} failed after {lj.retries} retries: "
-                f"{failed.error}"
+                f"evaluate: judge {model} at {url} failed: {judge_failure(failed, lj)}"
             )
         for row, verdict in zip(rows, verdicts, strict=True):
             row["lj"] = verdict.score or 0.0
         if rows:
             record["metrics"][dataset]["LJ"] = sum(row["lj"] for row in rows) / len(rows)
-    record.setdefault("protocol", {})["judge"] = {"base_url": url, "model": model}
+    settings = {k: v for k, v in judge.items() if k != "api_key_env" and v is not None}
+    record.setdefault("protocol", {})["judge"] = settings
+
+
+def judge_failure(verdict: Verdict, judge: Judge) -> str:
+    """Why the judge gave ``verdict`` no score, and what to change."""
+    if verdict.error.startswith("reasoning not finished"):
+        return (
+            f"{verdict.error} ({judge.max_tokens}); raise --judge-max-tokens or turn thinking "
+            "off: --judge-chat-template-kwargs '{\"enable_thinking\": false}'"
+        )
+    return f"{verdict.error} after {judge.retries} retries"

@@ -31,7 +31,13 @@ field's users found helped. The patterns, with where they are reported:
   example's (the ARENA HotpotQA CPU recipe's format gain was this);
 - guards: ``hedging`` (answers listing several candidates), ``passage_copying`` (policy text
   copied verbatim from passages) and ``token_mismatch`` (trained tokens that are not the
-  sampled ones).
+  sampled ones);
+- tool agents: ``template_mismatch`` (any episode whose trained tokens differ from the chat
+  template's rendering), ``environment_failures`` (over 0.1 of the episodes failed by the
+  environment: they leave the loss, :mod:`lit_rag.trainer.failures`), ``tool_failures``
+  (episodes failed by a dead tool server or a timeout, two steps in a row), ``tool_errors``
+  (over half the calls fail, three steps in a row) and ``judge_failures`` (over 0.1 of the
+  judge's verdicts failed).
 
 :func:`detectors` builds them with a recipe's thresholds; each is a plain object over a list
 of values, so a test runs it over a recorded metric series.
@@ -292,6 +298,65 @@ DEFAULTS: dict[str, tuple] = {
         1,
         "token mismatch: the policy trains on tokens the engine did not sample",
         "an environment re-encoded the policy's text; train on the sampled token ids",
+    ),
+    "template_mismatch": (
+        "rollout/template_mismatch",
+        "above",
+        0.0,
+        1,
+        0.0,
+        1,
+        "template mismatch: the tokens trained across tool turns are not what the chat "
+        "template renders for the same conversation",
+        "use the family's training template (environment chat_template: qwen3, llama3, ...) "
+        "and read the episodes' meta['template_mismatches']",
+    ),
+    "environment_failures": (
+        "rollout/environment_failed",
+        "above",
+        0.1,
+        1,
+        0.0,
+        1,
+        "environment failures: over a tenth of the episodes failed for the environment's "
+        "fault (a dead tool server, tool timeouts, a judge with no verdict)",
+        "check the tool servers, the retriever and the judge endpoint (and their timeouts); "
+        "these episodes leave the loss (model.environment_failures: drop)",
+    ),
+    "tool_failures": (
+        "rollout/failed",
+        "above",
+        0.0,
+        2,
+        0.0,
+        1,
+        "tool failures: episodes fail because a tool's server is unavailable or its calls time out",
+        "check the server (MCP servers reconnect on their own) and the tool's timeout_s; "
+        "these episodes leave the loss meanwhile",
+    ),
+    "tool_errors": (
+        "rollout/tool_error_rate",
+        "above",
+        0.5,
+        3,
+        0.0,
+        1,
+        "tool errors: over half the tool calls fail (malformed calls, unknown tools, bad "
+        "arguments, errors, timeouts)",
+        "read rollout/tool_errors/<kind>: malformed or bad_arguments mean the model does not "
+        "follow the template's calling format (check environment parser); timeout or "
+        "tool_error point at the tool",
+    ),
+    "judge_failures": (
+        "reward/judge_failures",
+        "above",
+        0.1,
+        1,
+        0.0,
+        1,
+        "judge failures: over a tenth of the judge's verdicts failed",
+        "check the judge endpoint; a reasoning judge needs max_tokens to finish its reasoning "
+        "or chat_template_kwargs: {enable_thinking: false}",
     ),
 }
 

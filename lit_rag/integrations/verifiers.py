@@ -430,6 +430,16 @@ def _arguments(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _following_ids(messages: Sequence[Mapping[str, Any]], at: int) -> list[str]:
+    """The ``tool_call_id`` of each tool message right after message ``at`` ("" for none)."""
+    ids = []
+    for message in messages[at + 1 :]:
+        if message.get("role") != "tool":
+            break
+        ids.append(str(message.get("tool_call_id") or ""))
+    return [i for i in ids if i] if all(ids) else []
+
+
 def conversation(
     messages: Sequence[Mapping[str, Any]], parse: Callable[[str], Any]
 ) -> list[dict[str, Any]]:
@@ -443,13 +453,14 @@ def conversation(
         role = message.get("role")
         if role == "assistant":
             parsed = parse(str(message.get("content") or ""))
+            given = _following_ids(messages, i)  # the ids the agent gave its results
             calls = []
             for j, call in enumerate(parsed.calls):
                 if isinstance(call, ToolResult):
                     call = call.call or ToolCall("invalid", {})
                 calls.append(
                     {
-                        "id": call.id or f"call_{i}_{j}",
+                        "id": given[j] if j < len(given) else call.id or f"call_{i}_{j}",
                         "type": "function",
                         "function": {
                             "name": call.name,

@@ -5,22 +5,28 @@ from lit_rag.judges.client import (
     ANSWER_JUDGE_PROMPT,
     JUDGE_SCORES,
     PROMPT_FIELDS,
+    UNFINISHED,
     Judge,
     JudgeCase,
     Verdict,
     judge_signals,
     parse_number,
     parse_yes_no,
+    read_reply,
+    strip_reasoning,
 )
 
 __all__ = [
     "ANSWER_JUDGE_PROMPT",
     "JUDGE_SCORES",
     "PROMPT_FIELDS",
+    "UNFINISHED",
     "Judge",
     "JudgeCase",
     "Verdict",
     "judge_signals",
     "parse_number",
     "parse_yes_no",
+    "read_reply",
+    "strip_reasoning",
 ]

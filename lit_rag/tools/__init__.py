@@ -1,6 +1,7 @@
 """Tools an agent calls through its chat template's function calling (docs/agents-with-tools.md)."""
 
 from lit_rag.tools.base import (
+    ENVIRONMENT_ERRORS,
     ERRORS,
     FunctionTool,
     ServerDied,
@@ -11,9 +12,10 @@ from lit_rag.tools.base import (
     ToolResult,
     build_tools,
 )
-from lit_rag.tools.parsers import PARSERS, Parsed, hermes, llama3, parser
+from lit_rag.tools.parsers import PARSERS, Parsed, hermes, llama3, mistral, parser
 
 __all__ = [
+    "ENVIRONMENT_ERRORS",
     "ERRORS",
     "PARSERS",
     "FunctionTool",
@@ -27,5 +29,6 @@ __all__ = [
     "hermes",
     "build_tools",
     "llama3",
+    "mistral",
     "parser",
 ]

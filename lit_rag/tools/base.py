@@ -15,22 +15,46 @@ failure turned into a :class:`ToolResult` whose ``error`` names the kind
 Calls run on one event loop in a background thread, so the calls of one turn (and of every
 episode that reached a tool turn together) run concurrently, and long-lived clients (an MCP
 session) stay bound to the loop they were opened on.
+
+What a call costs is kept to what it must:
+
+- identical calls share one run: a call whose tool and arguments match one already running
+  awaits that one's result (a GRPO group's eight samples of one question mostly search the
+  same words first), and a finished success is kept in the cache (tools with
+  ``cache_size: 0`` never share);
+- a batched tool (one that defines :meth:`Tool.run_batch`, as ``search`` does: one retriever
+  call for many queries) gets every call of the episodes that reached a tool turn together in
+  one ``run_batch`` call;
+- a sync tool runs on a worker thread of its own tool, started when none is idle: the timeout
+  counts the call's own run time, never time queued behind other calls, and a call that hangs
+  past it keeps its thread without taking one another call needs. A tool with
+  ``max_concurrency`` calls still hung fails the next ones at once (``timeout``) rather than
+  piling up threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import inspect
 import json
+import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: ``ToolResult.error`` values: the call could not be parsed, named no tool the agent has,
 #: had arguments its schema refuses, raised, ran past its timeout, or the tool's server is gone.
 ERRORS = ("malformed", "unknown_tool", "bad_arguments", "tool_error", "timeout", "server_died")
+#: The ``ToolResult.error`` kinds that are the environment's fault rather than the policy's: a
+#: tool too slow to answer, a server that went away. The call the model wrote was fine.
+ENVIRONMENT_ERRORS = ("timeout", "server_died")
+#: the kinds of :data:`ERRORS` that are the environment's fault, not the policy's: an episode
+#: with one is failed by the environment and leaves the loss (``model.environment_failures``)
+ENVIRONMENT_ERRORS = ("timeout", "server_died")
 
 
 class ToolError(Exception):
@@ -73,11 +97,14 @@ class Tool:
     """A tool: its schema and :meth:`run`.
 
     Args:
-        timeout_s: A call that runs longer fails with ``timeout`` (the call is abandoned).
+        timeout_s: A call that runs longer fails with ``timeout``: its own run time, never
+            time queued behind other calls. The call is abandoned (a sync one keeps its thread
+            until it returns: hung); with ``max_concurrency`` calls hung, the next ones fail
+            at once.
         max_concurrency: At most this many calls of this tool run at once (a rate limit for a
             server the rollout would flood).
-        cache_size: Results kept by ``(name, arguments)``; 0: no cache (a tool whose result
-            changes between calls).
+        cache_size: Results kept by ``(name, arguments)``, and identical calls made while one
+            runs wait for its result; 0: neither (a tool whose result changes between calls).
     """
 
     name: str = ""
@@ -119,6 +146,26 @@ class Tool:
     def is_async(self) -> bool:
         """:meth:`run` returns a coroutine (it runs on the tools' loop, not in a thread)."""
         return inspect.iscoroutinefunction(self.run)
+
+    def run_batch(self, arguments: list[dict[str, Any]]) -> list[Any]:
+        """Many calls at once, for a tool that is cheaper that way (a retriever searches many
+        queries in one pass); optional. A tool that defines it is batched: the
+        :class:`ToolBox` runs the calls of this tool that reach it together, every episode's,
+        as one ``run_batch`` (sync, on a worker thread, or a coroutine function) under the
+        tool's ``timeout_s``.
+
+        Args:
+            arguments: Each call's arguments, checked against :attr:`parameters`.
+
+        Returns:
+            One entry per call, in order: its result (as :meth:`run` returns it), or the
+            exception that call failed with (a :class:`ToolError` for one the model reads).
+        """
+        raise NotImplementedError
+
+    def is_batched(self) -> bool:
+        """The tool defines :meth:`run_batch`."""
+        return type(self).run_batch is not Tool.run_batch
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what the tool holds (a connection, a process)."""
@@ -196,10 +243,79 @@ def check_arguments(tool: Tool, arguments: Any) -> str:
     return ""
 
 
+class _Threads:
+    """A sync tool's worker threads: an idle one takes the next call, a new one starts when
+    none is idle. A call the loop gave up on (its timeout) is hung: its thread is busy until
+    the function returns, and :attr:`hung` counts it meanwhile."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.hung = 0  # read and written on the tools' loop only
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = self._count = 0
+
+    def run(self, work: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """Start ``work()`` on a worker thread now (never queued behind another call); its
+        result or exception as a future of ``loop`` (cancel it to give up on the call)."""
+        future = loop.create_future()
+        future.add_done_callback(self._given_up)
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._count += 1
+                name = f"lit-rag-tool-{self.name}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+            self._jobs.put((work, future, loop))
+        return future
+
+    def _given_up(self, future: asyncio.Future) -> None:
+        if future.cancelled():
+            self.hung += 1
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, future, loop = job
+            value = error = None
+            try:
+                value = work()
+            except BaseException as exc:  # noqa: BLE001 (handed to the call that waits)
+                error = exc
+            with self._lock:  # idle before the caller hears: its next call can come here
+                self._idle += 1
+            try:
+                loop.call_soon_threadsafe(self._finish, future, value, error)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+    def _finish(self, future: asyncio.Future, value: Any, error: BaseException | None) -> None:
+        if future.cancelled():  # the call timed out: its thread is free again
+            self.hung -= 1
+        elif error is None:
+            future.set_result(value)
+        elif isinstance(error, Exception) and not isinstance(error, StopIteration):
+            future.set_exception(error)
+        else:  # what a future cannot carry (StopIteration, SystemExit): its text
+            future.set_exception(RuntimeError(f"{type(error).__name__}: {error}"))
+
+    def stop(self) -> None:
+        """Each thread ends after its current call (a hung one once its call returns)."""
+        with self._lock:
+            for _ in range(self._count):
+                self._jobs.put(None)
+            self._count = self._idle = 0
+
+
 @dataclass
-class _Limits:
+class _State:
+    """One tool's calls on the loop: its concurrency limit, its worker threads, its cache,
+    and the calls running by arguments (for identical calls to share)."""
+
     semaphore: asyncio.Semaphore
+    threads: _Threads
     cache: OrderedDict = field(default_factory=OrderedDict)
+    running: dict[str, asyncio.Future] = field(default_factory=dict)
 
 
 class ToolBox:
@@ -207,19 +323,23 @@ class ToolBox:
 
     Args:
         tools: The tools; two with one name are refused.
+        batch: Run the calls of a batched tool (:meth:`Tool.run_batch`) that arrive together
+            as one batch; False: one :meth:`Tool.run` per call.
+        overlap: Whether an :class:`~lit_rag.contracts.episodes.EpisodeLoop` keeps generating
+            other episodes' segments while these tools run (its ``overlap``); None: where the
+            engine batches continuously.
     """
 
-    def __init__(self, tools: Sequence[Tool]) -> None:
+    def __init__(
+        self, tools: Sequence[Tool], batch: bool = True, overlap: bool | None = None
+    ) -> None:
         self.tools: dict[str, Tool] = {}
-        for tool in tools:
-            if not tool.name:
-                raise ValueError(f"a tool has no name: {tool!r}")
-            if tool.name in self.tools:
-                raise ValueError(f"two tools are named {tool.name!r}; tool names must differ")
-            self.tools[tool.name] = tool
+        self.add(tools)
+        self.batch, self.overlap = batch, overlap
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._limits: dict[str, _Limits] = {}
+        self._states: dict[str, _State] = {}
+        self._tasks: set[asyncio.Future] = set()
 
     def schemas(self) -> list[dict]:
         """Every tool's schema, in order (the chat template's ``tools``)."""
@@ -243,6 +363,8 @@ class ToolBox:
     def add(self, tools: Sequence[Tool]) -> None:
         """More tools (an MCP server's, once listed); a taken name is refused."""
         for tool in tools:
+            if not tool.name:
+                raise ValueError(f"a tool has no name: {tool!r}")
             if tool.name in self.tools:
                 raise ValueError(f"two tools are named {tool.name!r}; tool names must differ")
             self.tools[tool.name] = tool
@@ -250,17 +372,72 @@ class ToolBox:
     def call_all(self, calls: Sequence[ToolCall | ToolResult]) -> list[ToolResult]:
         """Run every call concurrently; a :class:`ToolResult` given in place of a call (a call
         that did not parse) is passed through. Results come in the calls' order."""
-        return self.submit(self._call_all(list(calls)))
+        return self.start([calls])[0].result()
 
-    async def _call_all(self, calls: list[ToolCall | ToolResult]) -> list[ToolResult]:
-        async def one(call: ToolCall | ToolResult) -> ToolResult:
-            return call if isinstance(call, ToolResult) else await self.call(call)
+    def start(
+        self, groups: Sequence[Sequence[ToolCall | ToolResult]]
+    ) -> list[concurrent.futures.Future]:
+        """Start every group's calls together and return at once: one future per group (an
+        episode's turn), done when all its calls are, with their results in order. A batched
+        tool's calls of every group are one batch."""
+        futures = [concurrent.futures.Future() for _ in groups]
+        groups = [list(group) for group in groups]
+        self.loop.call_soon_threadsafe(self._start, groups, futures)
+        return futures
 
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+    def _start(self, groups: list[list], futures: list[concurrent.futures.Future]) -> None:
+        try:
+            parts = self._begin(groups)
+        except BaseException as exc:  # a bug here must not leave the caller waiting
+            for future in futures:
+                future.set_exception(exc)
+            raise
+        for part, future in zip(parts, futures, strict=True):
+            self._spawn(asyncio.gather(*part)).add_done_callback(
+                functools.partial(_hand_over, future)
+            )
 
     async def call(self, call: ToolCall) -> ToolResult:
-        """One call, on the tools' loop: checked, limited, cached, timed; never raises."""
+        """One call, on the tools' loop: checked, limited, shared, cached, timed; never
+        raises."""
+        (part,) = self._begin([[call]])
+        return await part[0]
+
+    def _begin(self, groups: list[list]) -> list[list[Awaitable[ToolResult]]]:
+        """Each call's result to await; calls that run are started (batched tools' last)."""
+        batches: dict[str, list[tuple[ToolCall, str, asyncio.Future]]] = {}
+        parts = [[self._begin_one(call, batches) for call in group] for group in groups]
+        for name, items in batches.items():
+            self._spawn(self._run_batch(self.tools[name], items))
+        return parts
+
+    def _begin_one(self, call: ToolCall | ToolResult, batches: dict) -> Awaitable[ToolResult]:
+        """``call``'s result to await: at once when it is refused or cached, that of the
+        identical call already running, else of its own run (started, or added to its
+        tool's batch)."""
+        if isinstance(call, ToolResult):
+            return _now(call)
         tool = self.tools.get(call.name)
+        refused = self._refused(tool, call)
+        if refused is not None:
+            return _now(refused)
+        state = self._state(tool)
+        key = json.dumps(call.arguments, sort_keys=True, default=str)
+        if tool.cache_size and key in state.cache:
+            state.cache.move_to_end(key)
+            return _now(ToolResult(call, state.cache[key], cached=True))
+        if tool.cache_size and key in state.running:
+            return _shared(state.running[key], call)
+        result = asyncio.get_running_loop().create_future()
+        if tool.cache_size:
+            state.running[key] = result
+        if self.batch and tool.is_batched():
+            batches.setdefault(tool.name, []).append((call, key, result))
+        else:
+            self._spawn(self._run_one(tool, call, key, result))
+        return _shared(result)
+
+    def _refused(self, tool: Tool | None, call: ToolCall) -> ToolResult | None:
         if tool is None:
             known = ", ".join(self.tools) or "none"
             return ToolResult(
@@ -271,45 +448,104 @@ class ToolBox:
             return ToolResult(
                 call, f"Error: bad arguments for {tool.name}: {problem}", "bad_arguments"
             )
-        limits = self._limits.get(tool.name)
-        if limits is None:
-            limits = self._limits[tool.name] = _Limits(asyncio.Semaphore(tool.max_concurrency))
-        key = json.dumps(call.arguments, sort_keys=True, default=str)
-        if tool.cache_size and key in limits.cache:
-            limits.cache.move_to_end(key)
-            return ToolResult(call, limits.cache[key], cached=True)
-        loop = asyncio.get_running_loop()
-        async with limits.semaphore:
-            started = loop.time()
-            result = await self._run(tool, call)
-            result.seconds = loop.time() - started
-        if not result.error and tool.cache_size:
-            limits.cache[key] = result.text
-            while len(limits.cache) > tool.cache_size:
-                limits.cache.popitem(last=False)
-        return result
+        return None
+
+    def _state(self, tool: Tool) -> _State:
+        state = self._states.get(tool.name)
+        if state is None:
+            semaphore = asyncio.Semaphore(tool.max_concurrency)
+            state = self._states[tool.name] = _State(semaphore, _Threads(tool.name))
+        return state
+
+    def _spawn(self, awaitable: Awaitable) -> asyncio.Future:
+        """A task on the loop, kept referenced until it is done."""
+        task = asyncio.ensure_future(awaitable)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run_one(self, tool: Tool, call: ToolCall, key: str, out: asyncio.Future) -> None:
+        """Run one call within its tool's limit; its result goes to ``out`` (and the cache)."""
+        state = self._state(tool)
+        results = [ToolResult(call, f"Error: {tool.name} was cancelled", "tool_error")]
+        try:
+            async with state.semaphore:
+                started = asyncio.get_running_loop().time()
+                results = [_hung(tool, state, call) or await self._run(tool, state, call)]
+                results[0].seconds = asyncio.get_running_loop().time() - started
+        finally:
+            self._settle(tool, state, [(call, key, out)], results)
+
+    async def _run_batch(self, tool: Tool, items: list[tuple[ToolCall, str, asyncio.Future]]):
+        """Run a batched tool's calls as one :meth:`Tool.run_batch` within its limit."""
+        state = self._state(tool)
+        calls = [call for call, _, _ in items]
+        results = [ToolResult(c, f"Error: {tool.name} was cancelled", "tool_error") for c in calls]
+        try:
+            async with state.semaphore:
+                started = asyncio.get_running_loop().time()
+                refused = _hung(tool, state, None)
+                if refused is not None:
+                    results = [replace(refused, call=call) for call in calls]
+                else:
+                    results = await self._run_many(tool, state, calls)
+                for result in results:
+                    result.seconds = asyncio.get_running_loop().time() - started
+        finally:
+            self._settle(tool, state, items, results)
 
     @staticmethod
-    async def _run(tool: Tool, call: ToolCall) -> ToolResult:
+    def _settle(tool: Tool, state: _State, items: list, results: list[ToolResult]) -> None:
+        """Hand each result to its call's future; keep the successes in the cache."""
+        for (_, key, out), result in zip(items, results, strict=True):
+            if state.running.get(key) is out:
+                del state.running[key]
+            if not result.error and tool.cache_size:
+                state.cache[key] = result.text
+                while len(state.cache) > tool.cache_size:
+                    state.cache.popitem(last=False)
+            if not out.done():
+                out.set_result(result)
+
+    async def _run(self, tool: Tool, state: _State, call: ToolCall) -> ToolResult:
         if tool.is_async():
             work = tool.run(**call.arguments)
         else:
-            work = asyncio.to_thread(tool.run, **call.arguments)
+            loop = asyncio.get_running_loop()
+            work = state.threads.run(functools.partial(tool.run, **call.arguments), loop)
         try:
             value = await asyncio.wait_for(work, tool.timeout_s)
         except asyncio.TimeoutError:
-            return ToolResult(
-                call, f"Error: {tool.name} timed out after {tool.timeout_s:g} s", "timeout"
-            )
-        except ServerDied as exc:
-            return ToolResult(call, f"Error: {tool.name} is unavailable: {exc}", "server_died")
+            return _timed_out(tool, call)
         except Exception as exc:  # noqa: BLE001 (a tool's failure is the model's to read)
-            message = str(exc) or type(exc).__name__
-            return ToolResult(call, f"Error: {tool.name} failed: {message}", "tool_error")
+            return _failed(tool, call, exc)
         return ToolResult(call, as_text(value))
 
+    async def _run_many(self, tool: Tool, state: _State, calls: list[ToolCall]) -> list:
+        arguments = [call.arguments for call in calls]
+        if inspect.iscoroutinefunction(tool.run_batch):
+            work = tool.run_batch(arguments)
+        else:
+            loop = asyncio.get_running_loop()
+            work = state.threads.run(functools.partial(tool.run_batch, arguments), loop)
+        try:
+            values = await asyncio.wait_for(work, tool.timeout_s)
+            if not isinstance(values, list | tuple) or len(values) != len(calls):
+                got = len(values) if isinstance(values, list | tuple) else type(values).__name__
+                raise ToolError(f"run_batch gave {got} results for {len(calls)} calls")
+        except asyncio.TimeoutError:
+            return [_timed_out(tool, call) for call in calls]
+        except Exception as exc:  # noqa: BLE001 (every call of the batch failed with it)
+            return [_failed(tool, call, exc) for call in calls]
+        return [
+            _failed(tool, call, value)
+            if isinstance(value, BaseException)
+            else ToolResult(call, as_text(value))
+            for call, value in zip(calls, values, strict=True)
+        ]
+
     def close(self) -> None:
-        """Close every tool, then stop the loop."""
+        """Close every tool, then stop the loop and the tools' worker threads."""
         for tool in self.tools.values():
             tool.close()
         if self._loop is not None:
@@ -318,6 +554,58 @@ class ToolBox:
             if not self._thread.is_alive():
                 self._loop.close()
             self._loop = self._thread = None
+        for state in self._states.values():
+            state.threads.stop()
+        self._states, self._tasks = {}, set()
+
+
+async def _now(result: ToolResult) -> ToolResult:
+    return result
+
+
+async def _shared(running: asyncio.Future, follower: ToolCall | None = None) -> ToolResult:
+    """The result of a running call; for ``follower``, an identical call that waited for it,
+    the same result as its own (``cached``: it did not run)."""
+    result = await asyncio.shield(running)
+    if follower is None:
+        return result
+    return replace(result, call=follower, cached=True, seconds=0.0)
+
+
+def _hand_over(future: concurrent.futures.Future, gathered: asyncio.Future) -> None:
+    """A group's gathered results (or what stopped them) to the caller's future."""
+    if future.done():
+        return
+    if gathered.cancelled():
+        future.set_exception(RuntimeError("the tool calls were cancelled (the tools closed)"))
+    elif gathered.exception() is not None:
+        future.set_exception(gathered.exception())
+    else:
+        future.set_result(list(gathered.result()))
+
+
+def _hung(tool: Tool, state: _State, call: ToolCall | None) -> ToolResult | None:
+    """A ``timeout`` at once when ``max_concurrency`` calls of ``tool`` still hang."""
+    if state.threads.hung < tool.max_concurrency:
+        return None
+    return ToolResult(
+        call,
+        f"Error: {tool.name} timed out: {state.threads.hung} calls are still hung past its "
+        f"{tool.timeout_s:g} s timeout",
+        "timeout",
+    )
+
+
+def _timed_out(tool: Tool, call: ToolCall) -> ToolResult:
+    return ToolResult(call, f"Error: {tool.name} timed out after {tool.timeout_s:g} s", "timeout")
+
+
+def _failed(tool: Tool, call: ToolCall, exc: BaseException) -> ToolResult:
+    """What the model reads of a call that raised: a dead server, else the tool's message."""
+    if isinstance(exc, ServerDied):
+        return ToolResult(call, f"Error: {tool.name} is unavailable: {exc}", "server_died")
+    message = str(exc) or type(exc).__name__
+    return ToolResult(call, f"Error: {tool.name} failed: {message}", "tool_error")
 
 
 def build_tools(specs: Sequence[str | dict], **context: Any) -> list[Tool]:

@@ -7,6 +7,11 @@ over either transport the spec defines: stdio (a recipe's ``command:``, a child 
 streamable HTTP (``url:``). Per the spec, a tool's own failure is a result with ``isError``
 (shown to the model, ``tool_error``), while a protocol error or a closed connection is not; we
 turn the connection's end (the process died, the HTTP server went away) into ``server_died``.
+A server that died is opened again in the background (a stdio server's command started anew),
+after 0.5 s and then waits doubling to 30 s (``reconnect_s``, ``reconnect_max_s``) until it
+answers; meanwhile its calls fail at once as ``server_died`` (the environment fails those
+episodes; by default the trainer leaves them out of the loss). One stderr line says it went
+down, one that it is back.
 
 Each server's session is opened on the :class:`~lit_rag.tools.base.ToolBox` loop and held
 open by one task there for the whole run (the SDK's context managers are anyio task groups:
@@ -18,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lit_rag.tools.base import ServerDied, Tool, ToolBox, ToolError
@@ -54,6 +60,11 @@ class McpServer:
         on_death: ``fail_episode``: a call to a dead server fails its episode
             (``server_died``); ``stop``: the run stops with one line.
         start_timeout_s: Seconds the server has to start, initialize and list its tools.
+        reconnect: A server that dies is opened again (a stdio server's command started
+            anew) until it answers, its calls failing (``server_died``) meanwhile; not with
+            ``on_death: stop``.
+        reconnect_s: Seconds before the first try; each failed try doubles the wait.
+        reconnect_max_s: The longest wait between tries.
     """
 
     name: str
@@ -66,6 +77,9 @@ class McpServer:
     prefix: bool = False
     on_death: str = "fail_episode"
     start_timeout_s: float = 60.0
+    reconnect: bool = True
+    reconnect_s: float = 0.5
+    reconnect_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         where = f"mcp server {self.name!r}"
@@ -92,6 +106,11 @@ class McpServer:
             )
         if self.cache_size < 0:
             raise ValueError(f"{where}: cache_size must be >= 0; got {self.cache_size}")
+        if not 0 < self.reconnect_s <= self.reconnect_max_s:
+            raise ValueError(
+                f"{where}: reconnect_s must be > 0 and at most reconnect_max_s; got "
+                f"{self.reconnect_s}, {self.reconnect_max_s}"
+            )
 
     def describe(self) -> str:
         """``mcp server 'x' (command: python s.py)`` or ``(url: ...)``, for messages."""
@@ -153,16 +172,28 @@ def content_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+@dataclass(eq=False)
+class _Session:
+    """One opening of a server's session: the task that holds it open, told to end by
+    ``stop``; ``dead`` once it ended (or never opened); ``client`` while it is up."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    dead: asyncio.Event = field(default_factory=asyncio.Event)
+    client: Client | None = None
+    task: asyncio.Task | None = None
+
+
 class _Connection:
-    """One server's session, held open by a task on the tools' loop."""
+    """One server's session, held open by a task on the tools' loop, and opened again (with
+    backoff) when it ends unasked."""
 
     def __init__(self, server: McpServer, loop: asyncio.AbstractEventLoop) -> None:
         self.server, self.loop = server, loop
-        self.client: Client | None = None
+        self.session: _Session | None = None
         self.reason = ""
-        self._task: asyncio.Task | None = None
-        self._stop: asyncio.Event | None = None
-        self._dead: asyncio.Event | None = None
+        self._holders: set[asyncio.Task] = set()
+        self._reconnecting: asyncio.Task | None = None
+        self._closing = False
 
     def _transport(self) -> Any:
         if self.server.url is not None:
@@ -176,11 +207,8 @@ class _Connection:
 
     async def start(self) -> list[Any]:
         """Start, initialize and list the tools; on failure, a one-line ``RuntimeError``."""
-        self._stop, self._dead = asyncio.Event(), asyncio.Event()
-        listed: asyncio.Future = self.loop.create_future()
-        self._task = asyncio.create_task(self._hold(listed), name=f"mcp-{self.server.name}")
         try:
-            return await asyncio.wait_for(asyncio.shield(listed), self.server.start_timeout_s)
+            return await self._open()
         except BaseException as exc:
             await self.aclose()
             if isinstance(exc, asyncio.TimeoutError):
@@ -193,25 +221,39 @@ class _Connection:
                 raise
             raise RuntimeError(f"{self.server.describe()} failed to start: {why}") from exc
 
-    async def _hold(self, listed: asyncio.Future) -> None:
+    async def _open(self) -> list[Any]:
+        """Open a new session (the current one from now on); its tools once listed, within
+        ``start_timeout_s``."""
+        session = self.session = _Session()
+        listed: asyncio.Future = self.loop.create_future()
+        task = asyncio.create_task(self._hold(session, listed), name=f"mcp-{self.server.name}")
+        session.task = task
+        self._holders.add(task)
+        task.add_done_callback(self._holders.discard)
+        return await asyncio.wait_for(asyncio.shield(listed), self.server.start_timeout_s)
+
+    async def _hold(self, session: _Session, listed: asyncio.Future) -> None:
         from mcp import Client
 
+        up, reason = False, "the session ended"
         try:
             async with Client(self._transport()) as client:
-                self.client = client
                 tools = await _list_tools(client)
+                session.client, up = client, True
                 if not listed.done():
                     listed.set_result(tools)
-                await self._stop.wait()
+                await session.stop.wait()
         except Exception as exc:  # noqa: BLE001 (reported to whoever waits)
-            self.reason = _reason(exc)
+            reason = _reason(exc)
             if not listed.done():
                 listed.set_exception(exc)
         finally:
-            self.client = None
-            self._dead.set()
+            session.client = None
+            session.dead.set()
             if not listed.done():  # cancelled before listing
                 listed.cancel()
+        if up:
+            self._went_down(session, reason)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """``tools/call``; a closed connection raises :class:`ServerDied`, a protocol error
@@ -220,11 +262,11 @@ class _Connection:
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
 
-        client = self.client
-        if client is None or self._dead.is_set():
+        session = self.session
+        if session is None or session.client is None or session.dead.is_set():
             raise ServerDied(self._gone())
-        call = asyncio.ensure_future(client.call_tool(name, arguments))
-        dead = asyncio.ensure_future(self._dead.wait())
+        call = asyncio.ensure_future(session.client.call_tool(name, arguments))
+        dead = asyncio.ensure_future(session.dead.wait())
         try:
             await asyncio.wait({call, dead}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -238,27 +280,93 @@ class _Connection:
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise ToolError(exc.message) from exc
-            self.reason = exc.message
-            self._dead.set()  # the stdio transport saw the end; later calls fail at once
+            self._went_down(session, exc.message)  # the stdio transport saw the end
             raise ServerDied(self._gone()) from exc
         except (OSError, EOFError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            self.reason = _reason(exc)
+            self._went_down(session, _reason(exc))
             raise ServerDied(self._gone()) from exc
+
+    def _went_down(self, session: _Session, reason: str) -> None:
+        """``session``, the current one, ended unasked: its calls fail (``server_died``) from
+        now on, one stderr line says so, and the server is opened again in the background
+        (unless the run stops on a death, or ``reconnect`` is off)."""
+        if session is not self.session or self._closing or session.stop.is_set():
+            return  # an older session, the connection closing, or already reported
+        session.stop.set()  # a session whose task still holds it lets it go
+        session.dead.set()
+        self.reason = reason
+        server = self.server
+        if server.on_death == "stop":
+            return  # the run stops with its own line
+        if self._reconnecting is not None and not self._reconnecting.done():
+            return  # it died as it came back: the tries under way go on
+        again = server.reconnect
+        then = (
+            f"; reconnecting (after {server.reconnect_s:g} s, doubling to "
+            f"{server.reconnect_max_s:g} s)"
+            if again
+            else ""
+        )
+        _say(f"mcp server {server.name!r} went down ({reason}); its calls fail{then}")
+        if again:
+            self._reconnecting = asyncio.ensure_future(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Open the server again until it answers: waits of ``reconnect_s`` doubling to
+        ``reconnect_max_s`` between tries; one stderr line once it is back."""
+        server = self.server
+        delay, tries, down = server.reconnect_s, 0, self.loop.time()
+        while not self._closing:
+            await asyncio.sleep(delay)
+            tries += 1
+            try:
+                await self._open()
+            except Exception:  # noqa: BLE001 (it is still down: try again later)
+                await self._drop(self.session)
+                delay = min(delay * 2, server.reconnect_max_s)
+                continue
+            if self.session.dead.is_set():  # it went down again at once
+                delay = min(delay * 2, server.reconnect_max_s)
+                continue
+            seconds = self.loop.time() - down
+            done = f"{tries} {'try' if tries == 1 else 'tries'}"
+            _say(f"mcp server {server.name!r} is back after {seconds:.1f} s ({done})")
+            return
+
+    @staticmethod
+    async def _drop(session: _Session | None) -> None:
+        """End a session that did not open (its task cancelled, bounded in time)."""
+        if session is None or session.task is None:
+            return
+        session.stop.set()
+        session.task.cancel()
+        await asyncio.wait({session.task}, timeout=CLOSE_TIMEOUT_S)
 
     def _gone(self) -> str:
         return f"mcp server {self.server.name!r} is gone: {self.reason or 'connection closed'}"
 
     async def aclose(self) -> None:
-        """End the session (and a stdio server's process); bounded by CLOSE_TIMEOUT_S."""
-        task = self._task
-        if task is None or task.done():
+        """End the sessions (and a stdio server's process) and any reconnecting; bounded by
+        CLOSE_TIMEOUT_S."""
+        self._closing = True
+        if self._reconnecting is not None and not self._reconnecting.done():
+            self._reconnecting.cancel()
+            await asyncio.wait({self._reconnecting}, timeout=CLOSE_TIMEOUT_S)
+        tasks = {task for task in self._holders if not task.done()}
+        if self.session is not None:  # older sessions were told to stop when they went down
+            self.session.stop.set()
+        if not tasks:
             return
-        self._stop.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 (a timeout, or the task failed: closing never raises)
+        _, late = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+        for task in late:  # a timeout, or the task failed: closing never raises
             task.cancel()
-            await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
+        if late:
+            await asyncio.wait(late, timeout=CLOSE_TIMEOUT_S)
+
+
+def _say(line: str) -> None:
+    """One ``lit-rag:`` line on stderr."""
+    print(f"lit-rag: {line}", file=sys.stderr, flush=True)
 
 
 async def _list_tools(client: Client) -> list[Any]:

@@ -36,6 +36,13 @@ from lit_rag.rollout.base import Placement, RolloutEngine, SamplingParams
 from lit_rag.rollout.workers.pool import RolloutSettings
 from lit_rag.rollout.workers.scheduler import rollout_scheduler
 from lit_rag.text import PUNCTUATION_MODES, exact_match, f1_score
+from lit_rag.trainer.failures import (
+    Outage,
+    check_setting,
+    environment_failed,
+    first_failure,
+    keep_rows,
+)
 from lit_rag.trainer.optimizer import OptimizerSettings, SchedulePlan, fused_adamw
 from lit_rag.trainer.phases import Phases, memory_metrics, rollout_metrics
 from lit_rag.trainer.ranks import Ranks, any_rank, log_metrics
@@ -77,6 +84,10 @@ class PolicyModule(LightningModule):
         rollout: Where rollouts run: ``workers: N`` separate rollout processes, each with its
             own engine, and the staleness they may run ahead with (:class:`RolloutSettings`);
             default: the engine in this process.
+        environment_failures: Episodes the environment failed (a dead tool server, a tool
+            timeout, a judge with no verdict): ``drop`` (default) takes them out of the loss
+            and their group's baseline; ``keep`` trains on them as scored
+            (:mod:`~lit_rag.trainer.failures`).
     """
 
     def __init__(
@@ -96,8 +107,11 @@ class PolicyModule(LightningModule):
         logprob_chunk_tokens: int = 512,
         answer_punctuation: str = "delete",
         rollout: RolloutSettings | None = None,
+        environment_failures: str = "drop",
     ) -> None:
         super().__init__()
+        self.environment_failures = check_setting(environment_failures)
+        self.outage = Outage()
         _check_batching(group_size, micro_batch_size, micro_batch_tokens, logprob_chunk_tokens)
         self.optim = optimizer or OptimizerSettings()
         if answer_punctuation not in PUNCTUATION_MODES:
@@ -237,6 +251,7 @@ class PolicyModule(LightningModule):
             rewards = self.reward(trajectories)
         with phases.time("prepare"):  # step 4
             trajectories, rewards, prepared = self.prepare(trajectories, rewards, len(batch))
+            self._watch_outage(prepared, trajectories)
         if self.workers is not None and self.workers.stopped:  # a worker fault in the refill
             return None
         with phases.time("update"):  # step 5
@@ -292,15 +307,35 @@ class PolicyModule(LightningModule):
     def prepare(
         self, trajectories: list[Trajectory], rewards: RewardBreakdown, prompts: int
     ) -> tuple[list[Trajectory], RewardBreakdown, Prepared]:
-        """The algorithm's training batch; an algorithm with DAPO's dynamic sampling first
-        refills the groups that carry no gradient (up to ``prompts`` informative groups)."""
+        """The algorithm's training batch, without the episodes the environment failed
+        (``environment_failures: drop``); an algorithm with DAPO's dynamic sampling first
+        refills the groups that carry no gradient (up to ``prompts`` informative groups).
+        Returns every trajectory (the step logs them all) and the batch."""
         rounds = self.algorithm.dynamic_sampling_rounds
-        if not rounds:
-            return trajectories, rewards, self.algorithm.prepare(trajectories, rewards)
-        trajectories, rewards, used = self.refill().run(trajectories, rewards, prompts, rounds)
-        prepared = self.algorithm.prepare(trajectories, rewards, max_groups=prompts)
-        prepared.metrics["dynamic_sampling_rounds"] = torch.tensor(float(used))
+        if rounds:
+            trajectories, rewards, used = self.refill().run(trajectories, rewards, prompts, rounds)
+        failed = environment_failed(trajectories, rewards)
+        trained, trained_rewards = trajectories, rewards
+        if self.environment_failures == "drop" and bool(failed.any()):
+            trained, trained_rewards = keep_rows(trajectories, rewards, ~failed)
+        if not trained:
+            prepared = Prepared(batch=None)
+        elif rounds:
+            prepared = self.algorithm.prepare(trained, trained_rewards, max_groups=prompts)
+        else:
+            prepared = self.algorithm.prepare(trained, trained_rewards)
+        if rounds:
+            prepared.metrics["dynamic_sampling_rounds"] = torch.tensor(float(used))
+        prepared.metrics["environment_failed"] = failed.float().mean()
         return trajectories, rewards, prepared
+
+    def _watch_outage(self, prepared: Prepared, trajectories: list[Trajectory]) -> None:
+        """Stop the run (one line) once the environment failed every episode on every rank
+        for :data:`~lit_rag.trainer.failures.OUTAGE_STEPS` steps in a row (``drop`` only)."""
+        if self.environment_failures != "drop":
+            return
+        everything = float(prepared.metrics["environment_failed"]) == 1.0
+        self.outage.update(not any_rank(self, not everything), first_failure(trajectories))
 
     def refill(self) -> Refill:
         """This step's refill: extra prompts from the datamodule's pool, drawn with an RNG

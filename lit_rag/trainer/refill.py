@@ -85,4 +85,16 @@ class Refill:
             components={
                 k: torch.cat([v, more_rewards.components[k]]) for k, v in rewards.components.items()
             },
+            failed=_either_failed(rewards, more_rewards),
         )
+
+
+def _either_failed(first: RewardBreakdown, second: RewardBreakdown) -> torch.Tensor | None:
+    """The ``failed`` flags of ``first`` then ``second`` (None when neither has any)."""
+    if first.failed is None and second.failed is None:
+        return None
+    flags = [
+        r.failed if r.failed is not None else torch.zeros(len(r.total), dtype=torch.bool)
+        for r in (first, second)
+    ]
+    return torch.cat(flags)

@@ -183,3 +183,36 @@ data:
     steps = step_rows(rows, ["reward/total", "reward/exact_match", "train/loss", "rollout/turns"])
     assert len(steps) == 2
     assert any(r.get("val/reward/total") for r in rows)
+
+
+def test_a_tool_server_down_for_every_episode_stops_the_run_in_one_line(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Episodes a dead server failed leave the loss; when that is every episode for three steps
+    in a row nothing trains, and the run stops with one line instead of running on."""
+    (tmp_path / "dead_tool.py").write_text(
+        "from lit_rag.api import ServerDied\n\n\n"
+        "def down(query: str) -> str:\n"
+        '    """A tool whose server is gone.\n\n    Args:\n        query: Anything.\n    """\n'
+        '    raise ServerDied("connection refused")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prefix = '<tool_call>{"name": "down", "arguments": {"query": "born"}}</tool_call>'
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "fit",
+                "--config",
+                str(RECIPES / "tiny_tool_agent.yaml"),
+                "--model.environment.init_args.tools=[answer, dead_tool.down]",
+                f"--model.environment.init_args.assistant_prefix={prefix}",
+                "--trainer.max_steps=5",
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--trainer.logger.init_args.save_dir",
+                str(tmp_path / "run"),
+            ]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lit-rag: error: model: the environment failed every episode")
+    assert "connection refused" in err[-1] and "last 3 steps" in err[-1]

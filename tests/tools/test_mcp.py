@@ -1,5 +1,5 @@
 """MCP servers as tools, against the real example server (examples/mcp/corpus_server.py) in a
-child process: over stdio, and over streamable HTTP."""
+child process: over stdio, and over streamable HTTP; a server killed mid-run is opened again."""
 
 from __future__ import annotations
 
@@ -91,6 +91,80 @@ def test_a_killed_server_gives_server_died_at_once_and_closes():
     assert time.monotonic() - started < 5
 
 
+def started_since(before: set[int]) -> list[psutil.Process]:
+    """This process's children (and theirs) started since ``before`` (their pids)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+
+
+def until_answered(box: ToolBox, seconds: float = 20):
+    """Call ``fetch w0`` until it answers; every call meanwhile must fail as ``server_died``."""
+    deadline = time.monotonic() + seconds
+    while (result := call(box, "fetch", id="w0")).error:
+        assert result.error == "server_died", result.text
+        assert time.monotonic() < deadline, "the server did not come back"
+        time.sleep(0.05)
+    return result
+
+
+def test_a_killed_stdio_server_is_started_again_and_its_calls_answer(capsys):
+    box = ToolBox([])
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    box.add(connect([stdio("phoenix", reconnect_s=0.2)], box))
+    try:
+        (server,) = started_since(before)
+        assert call(box, "fetch", id="w0").error == ""
+        server.kill()
+        server.wait(5)
+        assert call(box, "search", query="Drosstead").error == "server_died"
+        assert call(box, "fetch", id="w0").error == "server_died"  # down: at once, no wait
+        assert until_answered(box).text == f"(Title: Drosstead) {W0}"
+        assert not call(box, "search", query="Drosstead region", k=1).error
+        assert [p.pid for p in started_since(before)] != [server.pid]  # a new process
+    finally:
+        box.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2, lines  # one when it went down, one when it was back
+    assert lines[0].startswith("lit-rag: mcp server 'phoenix' went down (")
+    assert "reconnecting (after 0.2 s, doubling to 30 s)" in lines[0]
+    assert lines[1].startswith("lit-rag: mcp server 'phoenix' is back after ")
+
+
+def test_a_server_that_stays_down_is_tried_with_backoff_until_it_is_back(tmp_path, capsys):
+    """The HTTP server is killed, and started again on its port a second later: the tries
+    that fail meanwhile (waits 0.1, 0.2, 0.4, 0.4 s ...) are not reported, its calls fail as
+    ``server_died``, and the calls answer once it is back."""
+    port, log = free_port(), tmp_path / "server.log"
+
+    def serve() -> subprocess.Popen:
+        with log.open("a") as out:
+            process = subprocess.Popen([sys.executable, SERVER, "--http", str(port)], stderr=out)
+        wait_for_port(port, process, log)
+        return process
+
+    process = serve()
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = McpServer("web", url=url, reconnect_s=0.1, reconnect_max_s=0.4)
+    box = ToolBox([])
+    try:
+        box.add(connect([server], box))
+        process.kill()
+        process.wait(5)
+        assert call(box, "fetch", id="w0").error == "server_died"
+        time.sleep(1.0)  # several tries fail
+        assert call(box, "fetch", id="w0").error == "server_died"
+        process = serve()
+        assert until_answered(box).text == f"(Title: Drosstead) {W0}"
+    finally:
+        box.close()
+        process.kill()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" (")[0].split(" after ")[0] for line in lines] == [
+        "lit-rag: mcp server 'web' went down",
+        "lit-rag: mcp server 'web' is back",
+    ], lines
+    assert lines[1].endswith(" tries)"), lines[1]  # the first tries failed
+
+
 def test_a_server_that_does_not_start_names_itself():
     box = ToolBox([])
     with pytest.raises(RuntimeError, match=r"mcp server 'gone' \(command: no-such-mcp-server\)"):
@@ -109,6 +183,7 @@ def test_a_server_that_does_not_start_names_itself():
         ({"command": []}, "command must be a non-empty list"),
         ({"url": "http://h/mcp", "on_death": "retry"}, "allowed: fail_episode, stop"),
         ({"url": "http://h/mcp", "timeout_s": 0}, "timeout_s and start_timeout_s must be > 0"),
+        ({"url": "http://h/mcp", "reconnect_s": 60}, "reconnect_s must be > 0 and at most"),
     ],
 )
 def test_settings_are_checked(settings, message):

@@ -42,11 +42,13 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from lit_rag.api import (
+    ENVIRONMENT_ERRORS,
     TOOL_ERRORS,
     CallTools,
     ContextLimit,
@@ -67,9 +69,12 @@ from lit_rag.api import (
     ToolResult,
     Trajectory,
     build_tools,
+    choose_tool_template,
     connect_mcp,
     extract_tag,
     start_episodes,
+    template_opening,
+    template_prefix_problem,
     tool_call_parser,
     tool_chat_template,
 )
@@ -94,9 +99,15 @@ class ToolAgentEnvironment(Environment):
         mcp_servers: MCP servers whose tools join these (:class:`~lit_rag.api.McpServer`).
         system_prompt: The system message ("" for none).
         prompt_template: The user message, with ``{question}``.
-        chat_template: None: the tokenizer's own (it must render ``tools``); ``hermes`` or
-            ``llama3``: lit-rag's (:mod:`lit_rag.tools.templates`); or a path to a Jinja file.
-        parser: How calls are read: ``hermes``, ``llama3`` or a dotted path to a function.
+        chat_template: None: the tokenizer's own (it must render ``tools``) when it preserves
+            prefixes, else its family's training template (one line says so; a template
+            neither fixes stops the run with one line); ``own``: the tokenizer's own as it is;
+            a name (:mod:`lit_rag.tools.templates`: ``hermes`` and ``llama3`` for models
+            whose template shows no tools, the training templates ``qwen3``, ``llama3.1``,
+            ``mistral``); or a path to a Jinja file.
+        parser: How calls are read: ``auto`` (the template family's: ``hermes`` for Qwen and
+            ChatML, ``llama3``, ``mistral``), ``hermes``, ``llama3``, ``mistral`` or a dotted
+            path to a function.
         max_turns: Assistant turns per episode.
         max_calls: Tool calls the model may write per episode, well-formed or not (calls past
             it get an error message and do not run).
@@ -113,6 +124,10 @@ class ToolAgentEnvironment(Environment):
         chat_template_kwargs: Keyword arguments of the chat template.
         assistant_prefix: Text that starts the first assistant turn (part of the prompt, not
             trained), e.g. the start of a search call for a small model that writes none.
+        batch_tool_calls: The calls of a batched tool (the built-in ``search``) that episodes
+            make together go out as one call (one retriever search for all their queries).
+        overlap_tools: Keep generating other episodes' turns while tool calls run; None: where
+            the engine batches continuously (vLLM), not with the ``hf`` engine.
     """
 
     def __init__(
@@ -123,7 +138,7 @@ class ToolAgentEnvironment(Environment):
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         prompt_template: str = "{question}",
         chat_template: str | None = None,
-        parser: str = "hermes",
+        parser: str = "auto",
         max_turns: int = 4,
         max_calls: int = 8,
         max_tool_tokens: int = 1024,
@@ -135,13 +150,18 @@ class ToolAgentEnvironment(Environment):
         on_server_death: str = "fail_episode",
         chat_template_kwargs: dict | None = None,
         assistant_prefix: str = "",
+        batch_tool_calls: bool = True,
+        overlap_tools: bool | None = None,
     ) -> None:
         self.tool_specs = ["search", "answer"] if tools is None else list(tools)
         self.retriever = retriever
         self.mcp_servers = list(mcp_servers or [])
         self.system_prompt, self.prompt_template = system_prompt, prompt_template
-        self.template = tool_chat_template(chat_template)
-        self.parse = tool_call_parser(parser)
+        if chat_template not in (None, "own"):
+            tool_chat_template(chat_template)  # a name or file that is neither: one line now
+        self.chat_template = chat_template
+        self.parser = parser
+        self.parse = None if parser == "auto" else tool_call_parser(parser)
         self.max_turns, self.max_calls = max_turns, max_calls
         self.max_tool_tokens, self.max_result_tokens = max_tool_tokens, max_result_tokens
         self.max_response_tokens = max_response_tokens
@@ -150,9 +170,11 @@ class ToolAgentEnvironment(Environment):
         self.on_server_death = on_server_death
         self.chat_template_kwargs = chat_template_kwargs
         self.assistant_prefix = assistant_prefix
+        self.batch_tool_calls, self.overlap_tools = batch_tool_calls, overlap_tools
         self._check_settings()
         self._toolbox: ToolBox | None = None
         self._dead: set[str] = set()  # tools whose server was reported dead
+        self._template: tuple[int, Any] | None = None  # (id(tokenizer), Choice)
 
     def _check_settings(self) -> None:
         if "{question}" not in self.prompt_template:
@@ -177,7 +199,11 @@ class ToolAgentEnvironment(Environment):
     def toolbox(self) -> ToolBox:
         """The agent's tools, built (and the MCP servers connected) on first use."""
         if self._toolbox is None:
-            box = ToolBox(build_tools(self.tool_specs, retriever=self.retriever))
+            box = ToolBox(
+                build_tools(self.tool_specs, retriever=self.retriever),
+                batch=self.batch_tool_calls,
+                overlap=self.overlap_tools,
+            )
             if self.mcp_servers:
                 servers = [
                     s if isinstance(s, McpServer) else McpServer(**s) for s in self.mcp_servers
@@ -204,7 +230,7 @@ class ToolAgentEnvironment(Environment):
             self._toolbox = None
 
     def __getstate__(self) -> dict:  # a copy for another process opens its own tools
-        return {**self.__dict__, "_toolbox": None}
+        return {**self.__dict__, "_toolbox": None, "_template": None}
 
     # ---- rendering -------------------------------------------------------------------------
     def messages(self, example: Example) -> list[dict[str, Any]]:
@@ -217,7 +243,12 @@ class ToolAgentEnvironment(Environment):
 
     def render(self, tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
         """The conversation as the chat template writes it, the tools' schemas included."""
-        if self.template is None and getattr(tokenizer, "chat_template", None) is None:
+        return self._render(
+            tokenizer, self.template(tokenizer).template, messages, add_generation_prompt
+        )
+
+    def _render(self, tokenizer, template, messages: list[dict], generation: bool) -> str:
+        if template is None and getattr(tokenizer, "chat_template", None) is None:
             raise InputError(
                 "environment tool_agent needs a chat template: the tokenizer has none; set "
                 "chat_template: hermes (or llama3, or a .jinja file)"
@@ -225,11 +256,53 @@ class ToolAgentEnvironment(Environment):
         return tokenizer.apply_chat_template(
             messages,
             tools=self.toolbox.schemas(),
-            chat_template=self.template,
-            add_generation_prompt=add_generation_prompt,
+            chat_template=template,
+            add_generation_prompt=generation,
             tokenize=False,
             **(self.chat_template_kwargs or {}),
         )
+
+    def template(self, tokenizer):
+        """The template this tokenizer's conversations render with, chosen once
+        (:func:`~lit_rag.api.choose_tool_template`): the model's own when every rendering
+        extends the previous one over a probe tool conversation, else its family's training
+        template (one line on stderr), else one line stops the run."""
+        if self._template is None or self._template[0] != id(tokenizer):
+            _ = self.toolbox  # built first: the probe catches only the template's own errors
+            system = [{"role": "system", "content": self.system_prompt or "Answer."}]
+            probe = [*system, {"role": "user", "content": "Where was Mira Tolvan born?"}]
+
+            def check(template) -> str:
+                return template_prefix_problem(
+                    lambda m, g: self._render(tokenizer, template, m, g), probe
+                )
+
+            try:
+                choice = choose_tool_template(
+                    self.chat_template, getattr(tokenizer, "chat_template", None), check
+                )
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
+            if choice.note:
+                print(choice.note, file=sys.stderr, flush=True)
+            self._template = (id(tokenizer), choice)
+        return self._template[1]
+
+    def parser_for(self, tokenizer):
+        """The parser of the model's calls (``auto``: the template family's)."""
+        return self.parse or tool_call_parser(self.template(tokenizer).parser)
+
+    def chosen_parser(self):
+        """The parser of the calls once a template is chosen (``hermes`` before)."""
+        if self.parse is not None:
+            return self.parse
+        return tool_call_parser(self._template[1].parser if self._template else "hermes")
+
+    def opening(self, tokenizer, messages: list[dict]) -> str:
+        """What the generation prompt writes after the assistant header (Qwen3's empty think
+        block with thinking off); an assistant message starts with it so that its rendering
+        repeats the prompt it was sampled from."""
+        return template_opening(lambda m, g: self.render(tokenizer, m, g), messages) or ""
 
     def build_prompt(self, example: Example, tokenizer) -> str:
         rendered = self.render(tokenizer, self.messages(example), add_generation_prompt=True)
@@ -254,9 +327,11 @@ class ToolAgentEnvironment(Environment):
         return [self._trajectory(e) for e in episodes]
 
     def _start(self, loop: EpisodeLoop, e: Episode, _: None) -> Request:
+        messages = self.messages(e.example)
         e.meta.update(
-            messages=self.messages(e.example),
+            messages=messages,
             rendered=e.prompt_text,  # the text of the ids so far, as the template wrote it
+            opening=self.opening(loop.tokenizer, messages),
             turns=0,
             written=0,
             calls=Counter(),
@@ -265,7 +340,9 @@ class ToolAgentEnvironment(Environment):
             answer=None,
             failed="",
             mismatch=0,
+            retokenized=0,
             mismatches=[],
+            checked=(0, 0),  # (our ids, the rendering's tokens) the last check covered
         )
         return self._next_turn(loop, e)
 
@@ -280,13 +357,20 @@ class ToolAgentEnvironment(Environment):
         answer; calls go to the tools, those past the call budget get an error."""
         e.generated(gen)
         e.meta["turns"] += 1
-        text = gen.text if e.meta["turns"] > 1 else self.assistant_prefix + gen.text
+        written = turn_text(loop.tokenizer, gen.token_ids.tolist())
+        first = self.assistant_prefix if e.meta["turns"] == 1 else ""
+        text = e.meta["opening"] + first + written  # the message, as the template repeats it
         e.meta["messages"].append({"role": "assistant", "content": text})
-        if len(e.ids) >= self.max_response_tokens and not gen.finished:
-            e.steps.append(Step(action="truncated", text=text))
-            e.end("max_response_tokens", truncated=True)
-            return None
-        parsed = self.parse(text)
+        parsed = self.parser_for(loop.tokenizer)(text)
+        if not gen.finished:  # cut by a token budget (the segment's or the response's)
+            e.truncated = True
+            whole = [c for c in parsed.calls if not isinstance(c, ToolResult)]
+            if len(e.ids) >= self.max_response_tokens or not whole:
+                e.steps.append(Step(action="truncated", text=text))
+                e.meta["answer"] = self._written_answer(parsed)  # an answer call in full
+                e.end("max_response_tokens", truncated=True)
+                return None
+            parsed.calls = whole  # the calls written in full run; the cut one does not
         if not parsed.calls:
             e.steps.append(Step(action="message", text=text))
             e.meta["answer"] = self._message_answer(parsed.content)
@@ -294,20 +378,37 @@ class ToolAgentEnvironment(Environment):
             return None
         e.steps.append(Step(action="tool_calls", text=text))
         allowed = max(self.max_calls - e.meta["written"], 0)  # every call written counts
+        calls = [self._numbered(c, e.meta["written"] + i) for i, c in enumerate(parsed.calls)]
         e.meta["written"] += len(parsed.calls)
         spent = f"Error: the tool call budget ({self.max_calls} per episode) is spent; answer now"
-        calls = list(parsed.calls[:allowed]) + [
+        calls = calls[:allowed] + [
             ToolResult(c.call if isinstance(c, ToolResult) else c, spent, "budget")
-            for c in parsed.calls[allowed:]
+            for c in calls[allowed:]
         ]
         for call in calls:
             if not isinstance(call, ToolResult) and call.name == "search":
                 e.steps.append(Step(action="search", query=str(call.arguments.get("query", ""))))
         return CallTools("tools", calls)
 
+    def _written_answer(self, parsed) -> str | None:
+        """The argument of an answer call the turn wrote (None without one)."""
+        for call in parsed.calls:
+            if not isinstance(call, ToolResult) and call.name == self.answer_tool:
+                return str(call.arguments.get("answer", "")).strip() or None
+        return None
+
+    @staticmethod
+    def _numbered(call, n: int):
+        """A call with an id unique in its episode, nine letters and digits (``call00003``:
+        Mistral's templates take no other), unless the model wrote its own."""
+        if isinstance(call, ToolResult) or (call.id and not call.id.startswith("call_")):
+            return call
+        return replace(call, id=f"call{n:05d}")
+
     def _results(self, loop: EpisodeLoop, e: Episode, results: list[ToolResult]) -> Request:
         """The turn's results: counted, an answer or a dead server ends the episode, the rest
-        become the tool turn (module doc)."""
+        become the tool turn (module doc). A call the environment failed (a dead server, a
+        timeout) marks the episode failed: it leaves the loss."""
         for result in results:
             if result.call is not None and result.error not in (
                 "unknown_tool",
@@ -317,6 +418,10 @@ class ToolAgentEnvironment(Environment):
                 e.meta["calls"][result.call.name] += 1
             if result.error:
                 e.meta["errors"][result.error] += 1
+            if result.error in ENVIRONMENT_ERRORS and not e.meta["failed"]:
+                e.meta["failed"] = result.text.removeprefix("Error: ")
+            elif not result.error and result.call is not None:
+                self._dead.discard(result.call.name)  # back: a later death is said again
         died = [r for r in results if r.error == "server_died"]
         if died:
             tool = self.toolbox.tools.get(died[0].call.name) if died[0].call else None
@@ -378,8 +483,9 @@ class ToolAgentEnvironment(Environment):
         return message
 
     def _insert_tool_turn(self, loop: EpisodeLoop, e: Episode) -> None:
-        """Insert the tool turn's tokens: the template's text after the sampled assistant text,
-        then the difference of the renderings before and after the tool messages (module doc)."""
+        """Insert the tool turn's tokens: what the template writes after the assistant message
+        (its end-of-turn text, less what was sampled of it), then the difference of the
+        renderings before and after the tool messages (module doc)."""
         tokenizer, messages = loop.tokenizer, e.meta["messages"]
         tool_count = 0
         while messages[-1 - tool_count]["role"] == "tool":
@@ -389,21 +495,11 @@ class ToolAgentEnvironment(Environment):
         sampled = tokenizer.decode(
             e.turns[-1].generation.token_ids.tolist(), skip_special_tokens=False
         )
-        assistant = (
-            with_assistant[len(e.meta["rendered"]) :]
-            if with_assistant.startswith(e.meta["rendered"])
-            else ""
-        )
-        if assistant.startswith(sampled):
-            tail = assistant[len(sampled) :]
-        else:  # the template rewrote the history or the message: what follows its text
-            at = with_assistant.rfind(e.meta["messages"][-1 - tool_count]["content"])
-            tail = (
-                with_assistant[at + len(messages[-1 - tool_count]["content"]) :] if at >= 0 else ""
-            )
-            eos = tokenizer.eos_token or ""
-            if eos and sampled.endswith(eos) and tail.startswith(eos):
-                tail = tail[len(eos) :]
+        before = e.meta["rendered"] + (self.assistant_prefix if e.meta["turns"] == 1 else "")
+        if with_assistant.startswith(before + sampled):
+            tail = with_assistant[len(before) + len(sampled) :]
+        else:  # the template rewrote the history or the message: what it writes after one
+            tail = unsampled(sampled, self._turn_end(tokenizer, messages[: -tool_count - 1]))
         delta = (
             full[len(with_assistant) :]
             if full.startswith(with_assistant)
@@ -419,8 +515,17 @@ class ToolAgentEnvironment(Environment):
             return
         e.insert(ids, text)
         e.meta["rendered"] = full
-        if self.check_rendering and not e.meta["mismatch"]:  # until the first difference
+        if self.check_rendering:
             self._check(tokenizer, e, full)
+
+    def _turn_end(self, tokenizer, history: list[dict]) -> str:
+        """What the template writes after an assistant message's text (``<|im_end|>\\n``,
+        ``<|eot_id|>``), whatever the text."""
+        marker = "\u2063lit-rag\u2063"
+        written = self.render(
+            tokenizer, [*history, {"role": "assistant", "content": marker}], False
+        )
+        return written[written.find(marker) + len(marker) :] if marker in written else ""
 
     def _tool_turn_alone(self, tokenizer, tools: list[dict]) -> str:
         """The tool messages' rendering as verl writes it: a one-message conversation with and
@@ -430,30 +535,43 @@ class ToolAgentEnvironment(Environment):
         return self.render(tokenizer, base + tools, add_generation_prompt=True)[len(without) :]
 
     def _check(self, tokenizer, e: Episode, full: str) -> None:
-        """Count a tool turn after which the ids so far differ from ``full`` tokenized (with
-        where, and how many tokens from there on, in ``meta["template_mismatches"]``)."""
+        """Compare the tokens since the last check with the same stretch of ``full`` (the
+        conversation re-rendered) tokenized; a turn where they differ is counted, with where
+        and how many tokens, in ``meta["template_mismatches"]``: as a template mismatch when
+        the texts differ, as retokenized when only the tokens do (the engine sampled ids that
+        are not the tokenizer's encoding of their own text: a server that re-tokenizes the
+        conversation feeds the model other ids, no template can help). Each turn is compared
+        on its own, so one early difference neither hides nor repeats in later turns."""
         ours = e.prompt_ids + e.ids
         rendered = tokenizer(full, add_special_tokens=False)["input_ids"]
-        differ = sum(a != b for a, b in zip(ours, rendered, strict=False)) + abs(
-            len(ours) - len(rendered)
-        )
+        (mine, theirs), e.meta["checked"] = e.meta["checked"], (len(ours), len(rendered))
+        new, again = ours[mine:], rendered[theirs:]
+        differ = sum(a != b for a, b in zip(new, again, strict=False)) + abs(len(new) - len(again))
         if not differ:
             return
         at = next(
-            (i for i, (a, b) in enumerate(zip(ours, rendered, strict=False)) if a != b),
-            min(len(ours), len(rendered)),
+            (i for i, (a, b) in enumerate(zip(new, again, strict=False)) if a != b),
+            min(len(new), len(again)),
         )
-        e.meta["mismatch"] += 1
+        same_text = tokenizer.decode(new, skip_special_tokens=False) == tokenizer.decode(
+            again, skip_special_tokens=False
+        )
+        e.meta["retokenized" if same_text else "mismatch"] += 1
         e.meta["mismatches"].append(
             {
                 "turn": e.meta["turns"],
+                # tokens: the same text, tokenized otherwise (the sampled ids are not the
+                # tokenizer's own encoding of their text); template: another text
+                "kind": "tokens" if same_text else "template",
                 "tokens": differ,
-                "trained": tokenizer.decode(ours[max(at - 4, 0) : at + 8]),
-                "rendered": tokenizer.decode(rendered[max(at - 4, 0) : at + 8]),
+                "trained": tokenizer.decode(new[max(at - 4, 0) : at + 8]),
+                "rendered": tokenizer.decode(again[max(at - 4, 0) : at + 8]),
             }
         )
 
     def _message_answer(self, content: str) -> str | None:
+        """The answer in a final message's text (its reasoning already left out by the
+        parser): the ``answer_tag``'s text when one is set, else the whole text."""
         if self.answer_tag:
             return extract_tag(content, self.answer_tag)
         return content.strip() or None
@@ -486,7 +604,10 @@ class ToolAgentEnvironment(Environment):
             answer=meta["answer"],
             failed=meta["failed"],
             template_mismatch=meta["mismatch"],
+            retokenized=meta["retokenized"],
+            written=meta["written"],
         )
+        trajectory.failed = meta["failed"]
         return trajectory
 
     # ---- answers and metrics ---------------------------------------------------------------
@@ -506,14 +627,39 @@ class ToolAgentEnvironment(Environment):
         def mean(values) -> torch.Tensor:
             return torch.tensor([float(v) for v in values]).mean()
 
+        written = sum(e.written for e in episodes)
+        failed_calls = sum(v for e in episodes for k, v in e.errors.items() if k != "budget")
         found = {
             "turns": mean(e.turns for e in episodes),
             "tool_calls": mean(sum(e.calls.values()) for e in episodes),
             "answered": mean(e.answer is not None for e in episodes),
             "failed": mean(bool(e.failed) for e in episodes),
-            "template_mismatch": mean(e.template_mismatch for e in episodes),
+            "template_mismatch": mean(e.template_mismatch > 0 for e in episodes),
+            "template_mismatch_turns": mean(e.template_mismatch for e in episodes),
+            "retokenized": mean(e.retokenized > 0 for e in episodes),
+            "tool_error_rate": torch.tensor(min(failed_calls / written, 1.0) if written else 0.0),
             "response_length": mean(t.completion_ids.numel() for t in trajectories),
         }
         for kind in (*TOOL_ERRORS, "budget"):  # every kind, every step: steady columns
             found[f"tool_errors/{kind}"] = mean(e.errors.get(kind, 0) for e in episodes)
         return found
+
+
+def turn_text(tokenizer, ids: list[int]) -> str:
+    """An assistant turn's text as the template writes it back: its ids decoded with special
+    tokens kept (Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``), less the special
+    tokens that end it (``<|im_end|>``, ``<|eot_id|>``, ``</s>``: the template writes its own)."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    end = len(ids)
+    while end and ids[end - 1] in special:
+        end -= 1
+    return tokenizer.decode(ids[:end], skip_special_tokens=False)
+
+
+def unsampled(sampled: str, turn_end: str) -> str:
+    """``turn_end`` less its start that ``sampled`` already ends with: ChatML's
+    ``<|im_end|>\\n`` after a turn that sampled ``<|im_end|>`` is ``\\n``."""
+    for n in range(min(len(turn_end), len(sampled)), 0, -1):
+        if sampled.endswith(turn_end[:n]):
+            return turn_end[n:]
+    return turn_end

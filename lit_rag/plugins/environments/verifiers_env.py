@@ -43,9 +43,11 @@ class VerifiersEnvironment(ToolAgentEnvironment):
             imports ``name``).
         env_args: Its taskset config's fields (e.g. ``{"split": "train"}``; ``task: {...}``
             for the task config).
-        chat_template: None: the tokenizer's own (it must render ``tools``); ``hermes``,
-            ``llama3`` or a Jinja file (:class:`ToolAgentEnvironment`).
-        parser: How calls are read: ``hermes``, ``llama3`` or a dotted path.
+        chat_template: None: the tokenizer's own (it must render ``tools``) when it preserves
+            prefixes, else its family's training template; ``own``, a name or a Jinja file
+            (:class:`ToolAgentEnvironment`).
+        parser: How calls are read: ``auto`` (the template family's), ``hermes``, ``llama3``,
+            ``mistral`` or a dotted path.
         max_turns: Assistant turns per episode.
         max_calls: Tool calls per episode.
         max_tool_tokens: Tokens of tool output per episode.
@@ -62,7 +64,7 @@ class VerifiersEnvironment(ToolAgentEnvironment):
         environment: str,
         env_args: dict | None = None,
         chat_template: str | None = None,
-        parser: str = "hermes",
+        parser: str = "auto",
         max_turns: int = 4,
         max_calls: int = 8,
         max_tool_tokens: int = 1024,
@@ -121,7 +123,11 @@ class VerifiersEnvironment(ToolAgentEnvironment):
     def toolbox(self) -> ToolBox:
         """The environment's toolsets' tools (built on first use)."""
         if self._toolbox is None:
-            self._toolbox = ToolBox(self.vf.tools(timeout_s=self.tool_timeout_s))
+            self._toolbox = ToolBox(
+                self.vf.tools(timeout_s=self.tool_timeout_s),
+                batch=self.batch_tool_calls,
+                overlap=self.overlap_tools,
+            )
         return self._toolbox
 
     def setup(self) -> None:
@@ -147,6 +153,6 @@ class VerifiersEnvironment(ToolAgentEnvironment):
     def _trajectory(self, e) -> Trajectory:
         trajectory = super()._trajectory(e)
         trajectory.meta[VerifiersEnv.META_CONVERSATION] = verifiers_conversation(
-            trajectory.meta["messages"], self.parse
+            trajectory.meta["messages"], self.chosen_parser()
         )
         return trajectory

@@ -121,4 +121,9 @@ class CompositeReward(Reward):
             for component, value in out.components.items():
                 key = component if seen[component] == 1 else f"{name}.{component}"
                 components[key] = value
-        return RewardBreakdown(total=total, components=components)
+        failed = [out.failed for out in outputs if out.failed is not None]
+        return RewardBreakdown(
+            total=total,
+            components=components,
+            failed=torch.stack(failed).any(0) if failed else None,  # any child's failure
+        )

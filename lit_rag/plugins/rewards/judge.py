@@ -8,10 +8,15 @@ answer (a tool agent's answer, else the last ``<answer>`` block of what it wrote
 
 What we decide:
 
-- An episode without an answer scores 0 and is not asked (as the exact-match rewards).
-- The judge's reply is untrusted text, read by a regular expression. A call that fails after
-  the client's retries, or a reply without a score, pays ``failure_reward``: the step goes on.
-  One stderr line per step says how many failed and the first reason.
+- An episode without an answer scores 0 and is not asked (as the exact-match rewards): the
+  policy's fault, trained on as any other 0.
+- The judge's reply is untrusted text, read by a regular expression after its reasoning block
+  (a thinking judge's ``<think>...</think>``). A judge that gives no verdict (a call that fails
+  after the client's retries, a reply without a score, a reply cut off inside its reasoning)
+  says nothing about the policy: the sample is marked failed (``RewardBreakdown.failed``) and
+  leaves the loss and its group's baseline (``model.environment_failures: drop``, the
+  default); under ``keep`` it is trained on with ``failure_reward``. The step goes on; one
+  stderr line per step says how many failed and the first reason.
 - Identical prompts are asked once (a prompt group often repeats an answer) and verdicts are
   cached across steps (``cache_size``).
 
@@ -27,6 +32,7 @@ and spread of the scores the judge gave).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
@@ -51,8 +57,10 @@ class LLMJudgeReward(Reward):
         Question "Capital of France?", answers ``["Paris"]``: the policy writes
         ``"<think>..</think><answer>paris, France</answer>"``; the judge gets the default prompt
         with ``Model's answer: paris, France`` and replies ``"Yes."`` -> judge 1.0, total
-        1.0 * 1.0 = 1.0. A reply ``"I cannot tell"`` (no yes / no) or a timed-out call ->
-        judge = ``failure_reward`` 0.0, ``judge_failures`` 1, and one stderr line for the step.
+        1.0 * 1.0 = 1.0; so does ``"<think>Is it no? It names Paris.</think>Yes."``. A reply
+        ``"I cannot tell"`` (no yes / no), a timed-out call or a reply cut off inside its
+        ``<think>`` -> ``failed`` True, judge = ``failure_reward`` 0.0, ``judge_failures`` 1,
+        and one stderr line for the step. No ``<answer>`` -> judge 0.0, ``failed`` False.
 
     Args:
         base_url: The judge's endpoint (``.../v1``; ``vllm serve`` -> ``http://127.0.0.1:8000/v1``).
@@ -63,16 +71,24 @@ class LLMJudgeReward(Reward):
         score: ``yes_no`` (the first yes / no word: 1 / 0) or ``number`` (the first number, over
             ``max_score``, clipped to [0, 1]).
         max_score: The top of the ``number`` scale.
-        max_tokens: The judge's reply budget.
+        max_tokens: The judge's reply budget, its reasoning included (1024 leaves a thinking
+            judge room; a reply cut off inside its reasoning has no verdict).
         temperature: The judge's sampling temperature.
         timeout_s: Seconds per request.
         retries: Retries per request (with the openai client's back-off).
         max_concurrency: Requests in flight at once.
         cache_size: Verdicts kept across steps (0: none).
+        chat_template_kwargs: Keyword arguments for the judge's chat template, sent as vLLM
+            and SGLang take them: ``{enable_thinking: false}`` turns a Qwen3 judge's reasoning
+            off.
+        extra_body: More request fields, merged into the body (``top_p``, vLLM's
+            ``structured_outputs``); not model, messages, max_tokens or temperature.
+        template_opens_think: The judge's chat template opens ``<think>`` in the prompt (QwQ,
+            DeepSeek-R1, Qwen3 Thinking-2507): a reply without ``</think>`` is unfinished.
         answer_tag: Tag of the final answer; ``None``: the whole of what the policy wrote.
         weight: Multiplies the judge score in ``total``.
-        failure_reward: The score of a sample whose judge call failed or whose reply held no
-            score.
+        failure_reward: The score of a sample the judge gave no verdict on; it counts only
+            under ``model.environment_failures: keep`` (``drop`` leaves the sample out).
     """
 
     def __init__(
@@ -83,12 +99,15 @@ class LLMJudgeReward(Reward):
         prompt: str = ANSWER_JUDGE_PROMPT,
         score: str = "yes_no",
         max_score: float = 10.0,
-        max_tokens: int = 8,
+        max_tokens: int = 1024,
         temperature: float = 0.0,
         timeout_s: float = 60.0,
         retries: int = 2,
         max_concurrency: int = 8,
         cache_size: int = 4096,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        template_opens_think: bool = False,
         answer_tag: str | None = "answer",
         weight: float = 1.0,
         failure_reward: float = 0.0,
@@ -106,6 +125,9 @@ class LLMJudgeReward(Reward):
             retries=retries,
             max_concurrency=max_concurrency,
             cache_size=cache_size,
+            chat_template_kwargs=chat_template_kwargs,
+            extra_body=extra_body,
+            template_opens_think=template_opens_think,
         )
         self.answer_tag, self.failure_reward = answer_tag, failure_reward
         self.weights = {"judge": weight}
@@ -137,7 +159,8 @@ class LLMJudgeReward(Reward):
         return out
 
     def __call__(self, trajectories: list[Trajectory]) -> RewardBreakdown:
-        """Ask the judge about each trajectory's answer; failures pay ``failure_reward``."""
+        """Ask the judge about each trajectory's answer; a sample without a verdict is
+        ``failed`` and pays ``failure_reward``."""
         verdicts = self.verdicts(trajectories)
         self.last_verdicts = [v for v in verdicts if v is not None]
         report_failures(self.last_verdicts, self.judge.model, self.failure_reward)
@@ -152,7 +175,9 @@ class LLMJudgeReward(Reward):
             "judge_at_1": flags(lambda v: v.score == 1.0),
         }
         return RewardBreakdown(
-            total=self.weights["judge"] * components["judge"], components=components
+            total=self.weights["judge"] * components["judge"],
+            components=components,
+            failed=components["judge_failures"].bool(),  # [N]; asked, no verdict
         )
 
     def value(self, verdict: Verdict | None) -> float:
@@ -169,13 +194,14 @@ class LLMJudgeReward(Reward):
 
 
 def report_failures(verdicts: list[Verdict], model: str, failure_reward: float) -> None:
-    """One stderr line when some of a step's judge calls failed: how many, the first reason."""
+    """One stderr line when the judge gave no verdict on some of a step's answers: how many,
+    the first reason."""
     failed = [v for v in verdicts if v.score is None]
     if failed:
         print(
             f"lit-rag reward llm_judge: {len(failed)}/{len(verdicts)} judge verdict(s) failed "
-            f"(first: {failed[0].error}); judge {model}; they score failure_reward "
-            f"{failure_reward}",
+            f"(first: {failed[0].error}); judge {model}; marked failed: they leave the loss "
+            f"(model.environment_failures: drop) or score failure_reward {failure_reward} (keep)",
             file=sys.stderr,
             flush=True,
         )

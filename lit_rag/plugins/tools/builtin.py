@@ -5,7 +5,9 @@ id, and the final ``answer`` (docs/agents-with-tools.md).
 retriever as every other environment), so a recipe that trains a tag-protocol search agent
 trains a tool agent over the same corpus by changing its environment. Results are written as
 Search-R1 writes its documents (``Doc i(Title: t) text``), so the two protocols read the same
-text; ``answer`` ends the episode and its argument is the episode's answer.
+text; ``answer`` ends the episode and its argument is the episode's answer. ``search`` is a
+batched tool: the searches of every episode that reached a tool turn together are one
+retriever call, as the tag-protocol search agent's are.
 """
 
 from __future__ import annotations
@@ -59,12 +61,46 @@ class SearchTool(Tool):
         ] = {}  # what fetch may return from a retriever without passages
 
     def run(self, query: str) -> str:
-        if not query.strip():
-            raise ToolError("the query is empty")
-        (hits,) = self.retriever.search([query], self.top_k)
-        for hit in hits:
-            self.seen.setdefault(hit.passage.id, hit.passage)
-        return documents(hits, self.document_template) or "No results."
+        (result,) = self.run_batch([{"query": query}])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, arguments: list[dict]) -> list[str | Exception]:
+        """Many searches as one retriever call (identical queries searched once), each
+        result written as :meth:`run` writes it; an empty query is that call's error."""
+        queries = [str(a["query"]) for a in arguments]
+        found = self._search(list(dict.fromkeys(q for q in queries if q.strip())))
+        results: list[str | Exception] = []
+        for query in queries:
+            hits = found.get(query, ToolError("the query is empty"))
+            if isinstance(hits, Exception):
+                results.append(hits)
+                continue
+            for hit in hits:
+                self.seen.setdefault(hit.passage.id, hit.passage)
+            results.append(documents(hits, self.document_template) or "No results.")
+        return results
+
+    def _search(self, queries: list[str]) -> dict[str, list[Hit] | Exception]:
+        """Each query's hits from one retriever call. Where the retriever refuses the batch
+        for a query (a ``ValueError``: text that is not valid Unicode), each query on its own,
+        so only that query's call fails; any other failure (the retriever is down) fails
+        every call of the batch at once."""
+        if not queries:
+            return {}
+        try:
+            return dict(zip(queries, self.retriever.search(queries, self.top_k), strict=True))
+        except ValueError:
+            if len(queries) == 1:
+                raise
+        found: dict[str, list[Hit] | Exception] = {}
+        for query in queries:
+            try:
+                (found[query],) = self.retriever.search([query], self.top_k)
+            except Exception as exc:  # noqa: BLE001 (that call's failure, for the model)
+                found[query] = exc
+        return found
 
 
 class FetchTool(Tool):
