@@ -45,6 +45,14 @@ __all__ = [
 TINY = ModelConfig(tiny=TinyConfig(hidden_size=32, num_layers=2, num_heads=2))
 """A tiny random Llama (in-code tokenizer, no downloads)."""
 
+#: a three-passage corpus (two hops: Orbel Mills -> Mira Tolvan -> Kessa -> Dorvale) for
+#: the tool-agent tests
+CORPUS = [
+    Passage("p1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
+    Passage("p2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
+    Passage("p3", "Kessa", "Kessa is a harbour town in the region of Dorvale."),
+]
+
 
 def trajectory(
     text: str = "",

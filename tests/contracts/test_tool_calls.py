@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 import torch
-from kit import TurnScript, tool_call
+from kit import CORPUS, TurnScript, tool_call
 
 from lit_rag import registry
 from lit_rag.api import EpisodeLoop, ToolBox
@@ -22,13 +22,8 @@ from lit_rag.models.tiny import build_tiny_tokenizer
 from lit_rag.plugins.environments.tool_agent import ToolAgentEnvironment
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import Generation, RolloutEngine, SamplingParams
-from lit_rag.types import Example, Passage
+from lit_rag.types import Example
 
-CORPUS = [
-    Passage("p1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
-    Passage("p2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-    Passage("p3", "Kessa", "Kessa is a harbour town in the region of Dorvale."),
-]
 EXAMPLES = [
     Example(id="q1", question="Where was Mira Tolvan born?", answers=["Kessa"]),
     Example(id="q2", question="Which region is Kessa in?", answers=["Dorvale"]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kit import TurnScript
+from kit import CORPUS, TurnScript
 from real_tokenizers import tokenizer
 
 from lit_rag.errors import InputError
@@ -17,13 +17,8 @@ from lit_rag.plugins.environments.tool_agent import ToolAgentEnvironment, turn_t
 from lit_rag.plugins.retrievers.bm25 import BM25Retriever
 from lit_rag.rollout.base import SamplingParams
 from lit_rag.tools import ServerDied
-from lit_rag.types import Example, Passage
+from lit_rag.types import Example
 
-CORPUS = [
-    Passage("p1", "Orbel Mills", "Orbel Mills is a paper company founded by Mira Tolvan."),
-    Passage("p2", "Mira Tolvan", "Mira Tolvan is an engineer who was born in Kessa."),
-    Passage("p3", "Kessa", "Kessa is a harbour town in the region of Dorvale."),
-]
 EX = Example(id="q1", question="Where was Mira Tolvan born?", answers=["Kessa"])
 
 #: family -> (chat_template_kwargs, end-of-turn token, template turn end after it)
