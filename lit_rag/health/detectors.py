@@ -32,12 +32,13 @@ field's users found helped. The patterns, with where they are reported:
 - guards: ``hedging`` (answers listing several candidates), ``passage_copying`` (policy text
   copied verbatim from passages) and ``token_mismatch`` (trained tokens that are not the
   sampled ones);
-- tool agents: ``template_mismatch`` (any episode whose trained tokens differ from the chat
-  template's rendering), ``environment_failures`` (over 0.1 of the episodes failed by the
-  environment: they leave the loss, :mod:`lit_rag.trainer.failures`), ``tool_failures``
-  (episodes failed by a dead tool server or a timeout, two steps in a row), ``tool_errors``
-  (over half the calls fail, three steps in a row) and ``judge_failures`` (over 0.1 of the
-  judge's verdicts failed).
+- tool agents: ``template_mismatch`` (any episode whose trained text differs from the chat
+  template's rendering), ``environment_failures`` (over 0.1 of the last 3 steps' episodes
+  failed by the environment: they leave the loss, :mod:`lit_rag.trainer.failures`),
+  ``tool_failures`` (over 0.1 of the last 5 steps' episodes failed by a dead tool server or a
+  timeout), ``tool_errors`` (over half the calls fail, three steps in a row) and
+  ``judge_failures`` (over 0.1 of the last 3 steps' verdicts failed). A healthy run's rare
+  failures (a timeout now and then) stay under them.
 
 :func:`detectors` builds them with a recipe's thresholds; each is a plain object over a list
 of values, so a test runs it over a recorded metric series.
@@ -317,20 +318,21 @@ DEFAULTS: dict[str, tuple] = {
         0.1,
         1,
         0.0,
-        1,
-        "environment failures: over a tenth of the episodes failed for the environment's "
-        "fault (a dead tool server, tool timeouts, a judge with no verdict)",
+        3,
+        "environment failures: over a tenth of the episodes of the last 3 steps failed for "
+        "the environment's fault (a dead tool server, tool timeouts, a judge with no verdict)",
         "check the tool servers, the retriever and the judge endpoint (and their timeouts); "
         "these episodes leave the loss (model.environment_failures: drop)",
     ),
     "tool_failures": (
         "rollout/failed",
         "above",
-        0.0,
-        2,
-        0.0,
+        0.1,
         1,
-        "tool failures: episodes fail because a tool's server is unavailable or its calls time out",
+        0.0,
+        5,
+        "tool failures: over a tenth of the episodes of the last 5 steps failed because a tool's "
+        "server is unavailable or its calls time out",
         "check the server (MCP servers reconnect on their own) and the tool's timeout_s; "
         "these episodes leave the loss meanwhile",
     ),
@@ -353,8 +355,8 @@ DEFAULTS: dict[str, tuple] = {
         0.1,
         1,
         0.0,
-        1,
-        "judge failures: over a tenth of the judge's verdicts failed",
+        3,
+        "judge failures: over a tenth of the judge's verdicts of the last 3 steps failed",
         "check the judge endpoint; a reasoning judge needs max_tokens to finish its reasoning "
         "or chat_template_kwargs: {enable_thinking: false}",
     ),

@@ -138,6 +138,12 @@ def healthy_run(seed: int) -> dict[str, np.ndarray]:
         "rollout/hedged_answers": share(0.02),
         "rollout/passage_copy_rate": share(0.1),
         "rollout/token_mismatch": np.zeros(STEPS),
+        "rollout/template_mismatch": np.zeros(STEPS),
+        # a timeout or a judge's empty reply now and then
+        "rollout/environment_failed": share(0.005),
+        "rollout/failed": share(0.005),
+        "reward/judge_failures": share(0.005),
+        "rollout/tool_error_rate": np.clip(rng.normal(0.1, 0.05, STEPS), 0.0, 1.0),
     }
 
 
@@ -161,6 +167,11 @@ PATTERNS: dict[str, tuple[float, float, int]] = {
     "hedging": (0.0, 0.5, 1),  # over 0.2 for 2 steps
     "passage_copying": (0.1, 0.8, 2),  # over 0.5 for 3 steps
     "token_mismatch": (0.0, 2.0, 0),  # over 0 at once
+    "template_mismatch": (0.0, 0.25, 0),  # over 0 at once
+    "environment_failures": (0.0, 0.5, 0),  # the 3-step mean is 0.17 at once
+    "tool_failures": (0.0, 0.5, 1),  # the 5-step mean is 0.1, then 0.2
+    "tool_errors": (0.1, 0.8, 2),  # over 0.5 for 3 steps
+    "judge_failures": (0.0, 0.5, 0),  # the 3-step mean is 0.17 at once
 }
 
 
