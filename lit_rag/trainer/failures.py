@@ -14,6 +14,8 @@ Either way the step logs their share (``rollout/environment_failed``), which the
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from lit_rag.types import RewardBreakdown, Trajectory
@@ -54,33 +56,48 @@ def keep_rows(
 
 #: steps in a row in which the environment failed every episode on every rank before the run
 #: stops (``environment_failures: drop``: such a step trains on nothing, so the run would never
-#: reach ``max_steps`` while a server stays down)
+#: reach ``max_steps`` while a server stays down) ...
 OUTAGE_STEPS = 3
+#: ... once that has also lasted this long (seconds): a step of failures is quick, and a
+#: server that reconnects (MCP: up to 30 s between tries) gets the time to come back
+OUTAGE_SECONDS = 120.0
 
 
 class Outage:
-    """Counts steps in a row in which every episode failed for the environment's fault and
-    stops the run with one line at :data:`OUTAGE_STEPS`."""
+    """Counts steps in a row in which every episode failed for the environment's fault; the
+    run stops with one line once there are ``limit`` of them over at least ``seconds``."""
 
-    def __init__(self, limit: int = OUTAGE_STEPS) -> None:
-        self.limit, self.steps = limit, 0
+    def __init__(self, limit: int = OUTAGE_STEPS, seconds: float = OUTAGE_SECONDS) -> None:
+        if seconds < 0:
+            raise ValueError(f"model environment_outage_s must be >= 0, got {seconds}")
+        self.limit, self.seconds = limit, seconds
+        self.steps, self.since = 0, 0.0
 
-    def update(self, everything_failed: bool, why: str) -> None:
-        """One step: ``everything_failed`` on every rank (the caller agrees it across ranks).
+    def record(self, everything_failed: bool, now: float | None = None) -> None:
+        """One step: ``everything_failed`` on every rank (the caller agrees it across ranks)."""
+        now = time.monotonic() if now is None else now
+        if not everything_failed:
+            self.steps = 0
+        elif self.steps == 0:
+            self.steps, self.since = 1, now
+        else:
+            self.steps += 1
+        self.now = now
 
-        Raises:
-            InputError: The limit is reached (one line naming the last failure).
-        """
+    def due(self) -> bool:
+        """Whether the run should stop (on this rank's clock: the caller agrees across ranks)."""
+        return self.steps >= self.limit and self.now - self.since >= self.seconds
+
+    def error(self, why: str):
+        """The one line the run stops with."""
         from lit_rag.errors import InputError
 
-        self.steps = self.steps + 1 if everything_failed else 0
-        if self.steps >= self.limit:
-            raise InputError(
-                f"model: the environment failed every episode of the last {self.steps} steps "
-                f"(first: {why or 'the reward could not score them'}), so nothing trains; check "
-                "the tools' servers and the judge, or train on them as scored with "
-                "model.environment_failures: keep"
-            )
+        return InputError(
+            f"model: the environment failed every episode of the last {self.steps} steps "
+            f"({self.now - self.since:.0f} s; first: {why or 'the reward could not score them'}),"
+            " so nothing trains; check the tools' servers and the judge, or train on them as "
+            "scored with model.environment_failures: keep"
+        )
 
 
 def first_failure(trajectories: list[Trajectory]) -> str:

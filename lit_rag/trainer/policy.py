@@ -37,6 +37,7 @@ from lit_rag.rollout.workers.pool import RolloutSettings
 from lit_rag.rollout.workers.scheduler import rollout_scheduler
 from lit_rag.text import PUNCTUATION_MODES, exact_match, f1_score
 from lit_rag.trainer.failures import (
+    OUTAGE_SECONDS,
     Outage,
     check_setting,
     environment_failed,
@@ -88,6 +89,9 @@ class PolicyModule(LightningModule):
             timeout, a judge with no verdict): ``drop`` (default) takes them out of the loss
             and their group's baseline; ``keep`` trains on them as scored
             (:mod:`~lit_rag.trainer.failures`).
+        environment_outage_s: With ``drop``, the run stops with one line once the environment
+            failed every episode for 3 steps in a row over at least this many seconds (such
+            steps train on nothing).
     """
 
     def __init__(
@@ -108,10 +112,11 @@ class PolicyModule(LightningModule):
         answer_punctuation: str = "delete",
         rollout: RolloutSettings | None = None,
         environment_failures: str = "drop",
+        environment_outage_s: float = OUTAGE_SECONDS,
     ) -> None:
         super().__init__()
         self.environment_failures = check_setting(environment_failures)
-        self.outage = Outage()
+        self.outage = Outage(seconds=environment_outage_s)
         _check_batching(group_size, micro_batch_size, micro_batch_tokens, logprob_chunk_tokens)
         self.optim = optimizer or OptimizerSettings()
         if answer_punctuation not in PUNCTUATION_MODES:
@@ -331,11 +336,14 @@ class PolicyModule(LightningModule):
 
     def _watch_outage(self, prepared: Prepared, trajectories: list[Trajectory]) -> None:
         """Stop the run (one line) once the environment failed every episode on every rank
-        for :data:`~lit_rag.trainer.failures.OUTAGE_STEPS` steps in a row (``drop`` only)."""
+        for :data:`~lit_rag.trainer.failures.OUTAGE_STEPS` steps in a row over at least
+        ``environment_outage_s`` seconds (``drop`` only)."""
         if self.environment_failures != "drop":
             return
         everything = float(prepared.metrics["environment_failed"]) == 1.0
-        self.outage.update(not any_rank(self, not everything), first_failure(trajectories))
+        self.outage.record(not any_rank(self, not everything))
+        if any_rank(self, self.outage.due()):  # the ranks' clocks differ: agreed here
+            raise self.outage.error(first_failure(trajectories))
 
     def refill(self) -> Refill:
         """This step's refill: extra prompts from the datamodule's pool, drawn with an RNG

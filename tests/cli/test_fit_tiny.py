@@ -189,7 +189,8 @@ def test_a_tool_server_down_for_every_episode_stops_the_run_in_one_line(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
     """Episodes a dead server failed leave the loss; when that is every episode for three steps
-    in a row nothing trains, and the run stops with one line instead of running on."""
+    in a row (and ``environment_outage_s``, 0 here) nothing trains, and the run stops with one
+    line instead of running on."""
     (tmp_path / "dead_tool.py").write_text(
         "from lit_rag.api import ServerDied\n\n\n"
         "def down(query: str) -> str:\n"
@@ -207,6 +208,7 @@ def test_a_tool_server_down_for_every_episode_stops_the_run_in_one_line(
                 "--model.environment.init_args.tools=[answer, dead_tool.down]",
                 f"--model.environment.init_args.assistant_prefix={prefix}",
                 "--trainer.max_steps=5",
+                "--model.environment_outage_s=0",
                 "--trainer.default_root_dir",
                 str(tmp_path / "run"),
                 "--trainer.logger.init_args.save_dir",

@@ -106,12 +106,14 @@ def test_the_detectors_watch_failures_and_template_mismatches():
 
 
 def test_steps_in_a_row_where_everything_failed_stop_the_run_in_one_line():
-    from lit_rag.errors import InputError
     from lit_rag.trainer.failures import Outage
 
-    outage = Outage(limit=3)
-    for everything in (True, True, False, True, True):  # a step with one success resets it
-        outage.update(everything, "search is unavailable")
-    with pytest.raises(InputError, match=r"last 3 steps \(first: search is unavailable\)") as e:
-        outage.update(True, "search is unavailable")
-    assert "\n" not in str(e.value) and "environment_failures: keep" in str(e.value)
+    outage = Outage(limit=3, seconds=60.0)
+    for now, everything in enumerate((True, True, False, True, True, True)):
+        outage.record(everything, now=float(now))  # a step with one success resets it
+    assert outage.steps == 3 and not outage.due()  # three steps, but within a minute
+    outage.record(True, now=63.0)
+    assert outage.due()
+    line = str(outage.error("search is unavailable"))
+    assert "last 4 steps (60 s; first: search is unavailable)" in line
+    assert "\n" not in line and "environment_failures: keep" in line
