@@ -203,6 +203,7 @@ class Counted(RolloutEngine):
 
     def __init__(self, engine: RolloutEngine) -> None:
         self.engine, self.tokenizer = engine, engine.tokenizer
+        self.batches_continuously = engine.batches_continuously
         self.tokens = self.generations = 0
 
     def _count(self, generations) -> None:

@@ -64,6 +64,8 @@ class StandIn(RolloutEngine):
     This one batches continuously: every request in flight advances one token a step, and
     ``collect`` sleeps until the nearest requests finish and returns them."""
 
+    batches_continuously = True
+
     def __init__(self, tokenizer, plans: dict[str, tuple[list[str], str]], step_s: float):
         self.tokenizer, self.plans, self.step_s = tokenizer, plans, step_s
         self.out: dict[int, list] = {}
@@ -126,6 +128,7 @@ class PhasedStandIn(StandIn):
 
     submit = RolloutEngine.submit
     collect = RolloutEngine.collect
+    batches_continuously = False
 
     def generate(self, prompts, params):
         samples = [self.sample(prompt) for prompt in prompts]

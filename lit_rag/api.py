@@ -34,8 +34,8 @@ this module
   servers' tools (:class:`McpServer`, :func:`connect_mcp`); the parsers of models' calls
   (:class:`Parsed`, :func:`tool_call_parser`), :func:`tool_chat_template` and
   :func:`choose_tool_template` (a template that preserves prefixes, or its family's training
-  template), :func:`template_prefix_problem`, :func:`template_opening` (imported on first
-  use, from :mod:`lit_rag.tools`).
+  template), :func:`template_prefix_problem`, :func:`template_opening`,
+  :func:`template_turn_end` (imported on first use, from :mod:`lit_rag.tools`).
 - Typed batches and losses: :class:`TrainBatch`, :class:`Prepared`, :class:`LossOutput`,
   :class:`TokenLoss`, :class:`PolicyLossConfig`, :func:`collate`, the KL estimators.
 - Registered functions: :func:`advantage_estimator` / :func:`policy_loss` look up the
@@ -236,6 +236,7 @@ if TYPE_CHECKING:  # imported on first use (module __getattr__ below)
     from lit_rag.tools.templates import choose as choose_tool_template
     from lit_rag.tools.templates import generation_text as template_opening
     from lit_rag.tools.templates import prefix_problem as template_prefix_problem
+    from lit_rag.tools.templates import turn_end as template_turn_end
     from lit_rag.trainer.kl import ESTIMATORS as KL_ESTIMATORS
     from lit_rag.trainer.kl import get_estimator as kl_estimator
 
@@ -315,6 +316,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "choose_tool_template": ("lit_rag.tools.templates", "choose"),
     "template_opening": ("lit_rag.tools.templates", "generation_text"),
     "template_prefix_problem": ("lit_rag.tools.templates", "prefix_problem"),
+    "template_turn_end": ("lit_rag.tools.templates", "turn_end"),
     "VerifiersEnv": ("lit_rag.integrations.verifiers", "VerifiersEnv"),
     "verifiers_conversation": ("lit_rag.integrations.verifiers", "conversation"),
 }
@@ -443,6 +445,7 @@ __all__ = [
     "choose_tool_template",
     "template_opening",
     "template_prefix_problem",
+    "template_turn_end",
     "VerifiersEnv",
     "verifiers_conversation",
     "Step",

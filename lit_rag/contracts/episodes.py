@@ -59,7 +59,8 @@ the loop waits for the tools only when no segment is in flight. That is verl's a
 where each trajectory awaits its own tool calls while the server generates the others', and
 what an engine that batches continuously (``vllm``) wants; with the default ``collect`` it
 would split one ``generate`` into two whenever tools are quicker than a segment, so
-``overlap=None`` (the default) turns it on only for an engine with its own ``collect``.
+``overlap=None`` (the default) turns it on only for an engine that declares
+``batches_continuously``.
 Either way the calls are the same, and an engine whose samples depend on their prompt alone
 gives the same trajectories.
 """
@@ -250,15 +251,6 @@ def start_episodes(examples: list[Example], prompts) -> list[Episode]:
 Handler = Callable[["EpisodeLoop", Episode, Any], Request]
 
 
-def batches_continuously(engine: RolloutEngine) -> bool:
-    """The engine's ``collect`` is its own (``vllm``'s returns what finished first), not the
-    default one that runs everything queued through ``generate``; a wrapper engine (one with
-    an ``inner`` engine, a rollout worker's) is judged by the engine it wraps."""
-    while isinstance(getattr(engine, "inner", None), RolloutEngine):
-        engine = engine.inner
-    return type(engine).collect is not RolloutEngine.collect
-
-
 class EpisodeLoop:
     """Runs episodes to their end through the engine's ``submit`` / ``collect``.
 
@@ -269,7 +261,7 @@ class EpisodeLoop:
         tools: What :class:`CallTools` requests call (a :class:`~lit_rag.tools.ToolBox`).
         overlap: Keep collecting other episodes' segments while tool calls run (module doc);
             None: the tools' own setting (``ToolBox.overlap``), else on where the engine
-            batches continuously (:func:`batches_continuously`).
+            batches continuously (its ``batches_continuously``).
     """
 
     def __init__(
@@ -285,9 +277,9 @@ class EpisodeLoop:
         #: the engine's context window: a segment never asks for more than it leaves
         self.window = engine.context_window()
         if overlap is None:
-            overlap = getattr(tools, "overlap", None)
+            overlap = None if tools is None else tools.overlap
         #: tool calls run while the engine generates (module doc)
-        self.overlap = batches_continuously(engine) if overlap is None else overlap
+        self.overlap = engine.batches_continuously if overlap is None else overlap
         #: seconds :meth:`run` waited for tool calls with no segment in flight
         self.tool_wait_s = 0.0
         self._cache: dict[str, list[int]] = {}

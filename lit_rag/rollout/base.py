@@ -112,6 +112,9 @@ class RolloutEngine(ABC):
     - ``lora_sync``: how a LoRA policy's weights reach the engine's copy: ``merge`` (the
       default: merged full weights, what a worker receives) or ``adapter`` (``vllm``: the
       adapter alone, in the training process only).
+    - ``batches_continuously``: its :meth:`collect` returns segments as they finish while
+      the others go on (``vllm``), so an episode loop keeps generating while tool calls run;
+      default False (the default ``collect`` runs what is queued as one ``generate``).
     """
 
     model: torch.nn.Module | None = None
@@ -128,6 +131,8 @@ class RolloutEngine(ABC):
     model_path: str | None = None
     #: how a LoRA policy's weights reach the engine's copy: ``merge`` or ``adapter``
     lora_sync: str = "merge"
+    #: :meth:`collect` returns what finished first while the rest goes on (``vllm``)
+    batches_continuously: bool = False
     #: called between the engine's steps when set: a rollout worker applies pushed weights there,
     #: so requests in flight go on under the new weights (a partial rollout)
     step_hook: Callable[[], None] | None = None

@@ -142,6 +142,13 @@ SENTINEL = "\u2063lit-rag\u2063"
 Render = Callable[[list[dict], bool], str]
 
 
+def turn_end(render: Render, history: list[dict]) -> str:
+    """What the template writes after an assistant message's text that follows ``history``
+    (``<|im_end|>\\n``, ``<|eot_id|>``), whatever the text."""
+    written = render([*history, {"role": "assistant", "content": SENTINEL}], False)
+    return written[written.find(SENTINEL) + len(SENTINEL) :] if SENTINEL in written else ""
+
+
 def generation_text(render: Render, messages: list[dict]) -> str | None:
     """What the generation prompt writes after the assistant header (Qwen3's empty think
     block when thinking is off): the text an assistant message must start with so that its

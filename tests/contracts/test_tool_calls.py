@@ -54,6 +54,8 @@ class OneAtATime(RolloutEngine):
     finished first. ``during_tools`` counts the collects that ended while a tool call ran
     (``busy``)."""
 
+    batches_continuously = True
+
     def __init__(self, tokenizer, texts: list[str], busy: list[int] | None = None) -> None:
         self.tokenizer, self.texts, self.busy = tokenizer, texts, busy or [0]
         self.out: list[tuple[int, list[int], SamplingParams]] = []
@@ -179,6 +181,7 @@ def test_overlap_is_on_where_the_engine_batches_continuously(tok):
 
         def __init__(self, inner) -> None:
             self.inner, self.tokenizer = inner, inner.tokenizer
+            self.batches_continuously = inner.batches_continuously
 
         def collect(self):
             return self.inner.collect()

@@ -40,6 +40,7 @@ response.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -75,6 +76,7 @@ from lit_rag.api import (
     start_episodes,
     template_opening,
     template_prefix_problem,
+    template_turn_end,
     tool_call_parser,
     tool_chat_template,
 )
@@ -499,7 +501,8 @@ class ToolAgentEnvironment(Environment):
         if with_assistant.startswith(before + sampled):
             tail = with_assistant[len(before) + len(sampled) :]
         else:  # the template rewrote the history or the message: what it writes after one
-            tail = unsampled(sampled, self._turn_end(tokenizer, messages[: -tool_count - 1]))
+            render = functools.partial(self.render, tokenizer)
+            tail = unsampled(sampled, template_turn_end(render, messages[: -tool_count - 1]))
         delta = (
             full[len(with_assistant) :]
             if full.startswith(with_assistant)
@@ -517,15 +520,6 @@ class ToolAgentEnvironment(Environment):
         e.meta["rendered"] = full
         if self.check_rendering:
             self._check(tokenizer, e, full)
-
-    def _turn_end(self, tokenizer, history: list[dict]) -> str:
-        """What the template writes after an assistant message's text (``<|im_end|>\\n``,
-        ``<|eot_id|>``), whatever the text."""
-        marker = "\u2063lit-rag\u2063"
-        written = self.render(
-            tokenizer, [*history, {"role": "assistant", "content": marker}], False
-        )
-        return written[written.find(marker) + len(marker) :] if marker in written else ""
 
     def _tool_turn_alone(self, tokenizer, tools: list[dict]) -> str:
         """The tool messages' rendering as verl writes it: a one-message conversation with and

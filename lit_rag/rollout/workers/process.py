@@ -191,6 +191,7 @@ class VersionedEngine(RolloutEngine):
     def __init__(self, inner: RolloutEngine, worker: WorkerProcess) -> None:
         self.inner, self.worker = inner, worker
         self.tokenizer = inner.tokenizer
+        self.batches_continuously = inner.batches_continuously
         self.first_version = worker.version
         self._started: dict[int, int] = {}
 

@@ -176,6 +176,7 @@ class VLLMEngine(RolloutEngine):
     """
 
     serves_pushed_weights = True
+    batches_continuously = True
 
     def __init__(
         self,
