@@ -265,3 +265,20 @@ def plan_micro_batches(
         else:
             plan.append(piece)
     return plan
+
+
+def balance(micro_batches: list[list[int]], count: int, unit: int = 1) -> list[list[int]]:
+    """``micro_batches`` re-split towards ``count`` of them: the one with the most rows halved
+    (at a multiple of ``unit`` rows, so a DPO pair stays whole) until there are ``count`` or none
+    has more than one unit. A rank with fewer micro-batches than another thus runs smaller real
+    passes instead of full ones followed by idle ones (verl re-splits its rows likewise), and
+    each pass takes about as long on every rank. Rows keep their order within each piece."""
+    out = [list(m) for m in micro_batches]
+    while out and len(out) < count:
+        i = max(range(len(out)), key=lambda k: len(out[k]))
+        rows = out[i]
+        if len(rows) <= unit:
+            break
+        cut = max(unit, (len(rows) // unit // 2) * unit)
+        out[i : i + 1] = [rows[:cut], rows[cut:]]
+    return out

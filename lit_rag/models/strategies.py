@@ -90,6 +90,15 @@ def accumulates_unsynced(strategy) -> bool:
     return bool(getattr(offload, "offload_params", False))
 
 
+def ddp_module(strategy) -> torch.nn.Module | None:
+    """The ``DistributedDataParallel`` wrapper of a DDP run (its ``no_sync()`` defers the
+    gradient all-reduce to an optimizer step's last backward pass), else ``None``."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = getattr(strategy, "model", None) if strategy is not None else None
+    return model if isinstance(model, DistributedDataParallel) else None
+
+
 def is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FullyShardedDataParallel
 

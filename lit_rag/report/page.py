@@ -58,9 +58,10 @@ GROUPS: list[tuple[str, str, Callable[[str], bool]]] = [
     ("loss", "Training loss", lambda k: "loss" in _tokens(k)),
     ("lengths", "Lengths (tokens)", lambda k: "length" in k.lower()),
     ("timing", "Step times (s)", lambda k: k.startswith("time/") or "time" in _tokens(k)),
+    ("throughput", "Update throughput", lambda k: k.startswith("perf/")),
     ("validation", "Validation", _is_validation),
 ]
-_PRECEDENCE = ["validation", "rewards", "kl", "loss", "lengths", "timing"]
+_PRECEDENCE = ["validation", "rewards", "kl", "loss", "lengths", "timing", "throughput"]
 
 
 @dataclass

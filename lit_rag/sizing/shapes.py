@@ -266,6 +266,12 @@ def _hub_cache(repo_id: str) -> Path | None:
 
 def _read_config(folder: Path, name: str, source: str) -> ModelShape:
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return shape_of(config, name, source, _safetensors_params(folder))
+
+
+def shape_of(config: dict, name: str = "", source: str = "", params: int | None = None):
+    """A :class:`ModelShape` from a ``config.json``'s numbers (a transformers config's
+    ``to_dict()``)."""
     config = config.get("text_config", config)  # a multimodal wrapper's language model
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     return ModelShape(
@@ -281,7 +287,7 @@ def _read_config(folder: Path, name: str, source: str) -> ModelShape:
         qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
         qk_norm=config.get("model_type") in ("qwen3", "qwen3_moe"),
         context=int(config.get("max_position_embeddings") or 0),
-        params=_safetensors_params(folder),
+        params=params,
         source=source,
         dtype=str(config.get("torch_dtype") or config.get("dtype") or "float32"),
     )

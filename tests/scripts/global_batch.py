@@ -98,9 +98,11 @@ class RecordUpdate(Callback):
         update = pl_module.update  # built by then (configure_model, on_fit_start)
         plan = update.plan
 
-        def recording(prepared):
+        def recording(prepared):  # the rank's own micro-batches, before any re-split
             planned = plan(prepared)
-            self.counts.append(len(planned.slices))
+            rows = torch.arange(planned.size)
+            own = update.micro_slices(planned.batch, rows, planned.width) if planned.size else []
+            self.counts.append(len(own))
             return planned
 
         update.plan = recording

@@ -10,8 +10,9 @@ optimizer step's gradient (averaged over ranks by the strategy) must equal the o
 A loss that is each rank's own mean fails both whenever the ranks' token counts differ.
 
 Under FSDP and ZeRO-3 every forward gathers weights from all ranks, the reference's as well as
-the policy's: the rank with fewer micro-batches runs idle forwards of the same model, or its
-collectives pair with the other rank's forwards of another model (a hang, or wrong weights).
+the policy's: the rank with fewer micro-batches re-splits its rows into as many (or runs idle
+forwards of the same model), or its collectives pair with the other rank's forwards of another
+model (a hang, or wrong weights).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def micro_batches(run: Path, rank: int) -> list[int]:
 
 
 def assert_same_update(one: Path, two: Path) -> None:
-    # the ranks' micro-batch counts differ at some step (else no idle pass ran)
+    # the ranks' own micro-batch counts differ at some step (else their work was even); the
+    # rank with fewer re-splits its rows into as many passes (or runs idle ones)
     assert micro_batches(two, 0) != micro_batches(two, 1), "the ranks ran equal micro-batches"
     assert losses(one) == pytest.approx(losses(two), rel=1e-5, abs=1e-7)
     expected, got = torch.load(one / "grads.pt"), torch.load(two / "grads.pt")

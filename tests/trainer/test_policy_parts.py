@@ -117,7 +117,7 @@ def test_each_mini_batch_is_a_mean_over_its_tokens_on_every_rank():
     batch = SimpleNamespace(normalizer=30.0)
     minis = [(torch.arange(2), 1.5), (torch.arange(2, 3), 3.0)]
     plan = Plan(batch, 3, 4, minis, [], [], steps=2)
-    scales = _two_ranks(1.0, [6.0, 0.0])._global_scales(plan)
+    scales = _two_ranks(1.0, [6.0, 0.0])._global_scales(plan, declared=True)
     assert [s for _, s in scales] == pytest.approx([2 * 30 / 26, 2 * 30 / 10])
 
 
@@ -127,7 +127,7 @@ def test_an_algorithm_without_a_count_keeps_each_ranks_mean():
     batch = SimpleNamespace(normalizer=None)
     plan = Plan(batch, 3, 4, [(torch.arange(3), 1.0)], [], [], steps=1)
     # no rank declares a count (the max over ranks is 0): the scales stay as the algorithm set
-    assert _two_ranks(0.0, [0.0])._global_scales(plan)[0][1] == 1.0
+    assert _two_ranks(0.0, [0.0])._global_scales(plan, declared=False)[0][1] == 1.0
 
 
 def test_adamw_is_fused_where_every_trained_weight_is_a_float_on_cpu_or_cuda():
