@@ -207,7 +207,7 @@ def one_line_error(args: list[str], capsys) -> str:
 
 def assert_finite_metrics(
     rows: list[dict],
-    prefixes: tuple[str, ...] = ("reward/", "train/", "val/", "rollout/", "time/", "mem/"),
+    prefixes: tuple[str, ...] = ("reward/", "train/", "val/", "rollout/", "time/", "mem/", "perf/"),
 ) -> int:
     """Every non-empty value of a ``metrics.csv`` whose column starts with one of ``prefixes`` is
     a finite number (no NaN, no inf, nothing unparsable); returns how many were checked."""

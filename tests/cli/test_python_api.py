@@ -34,8 +34,8 @@ def page_blocks() -> list[str]:
 
 def training_rows(folder: str | Path) -> list[dict[str, str]]:
     """The training steps' rows of the one ``metrics.csv`` under ``folder``: the metrics each
-    logged, without the wall-clock ones (``time/``, ``mem/``), which differ between any two
-    runs."""
+    logged, without the wall-clock ones (``time/``, ``mem/``, and ``perf/``, rates per second),
+    which differ between any two runs."""
     (path,) = sorted(Path(folder).rglob("metrics.csv"))
     with path.open(newline="") as file:
         rows = [row for row in csv.DictReader(file) if row.get("train/loss")]
@@ -43,7 +43,7 @@ def training_rows(folder: str | Path) -> list[dict[str, str]]:
         {
             key: value
             for key, value in row.items()
-            if value and not key.startswith(("time/", "mem/"))
+            if value and not key.startswith(("time/", "mem/", "perf/"))
         }
         for row in rows
     ]

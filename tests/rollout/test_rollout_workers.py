@@ -570,7 +570,7 @@ def test_logprob_diff_leaves_out_samples_from_older_weights(tiny_policy) -> None
         own = update.logprobs(model, batch, batch.width)  # [4, 3]
     batch.sampling_logprobs = own - torch.tensor([[0.0], [0.0], [5.0], [5.0]])
     tally = Tally()
-    plan = SimpleNamespace(batch=batch, width=batch.width)
+    plan = SimpleNamespace(batch=batch, width=batch.width, packs={})
     update._train_micro(plan, torch.arange(4), 1.0, 0, tally, Clock())
     metrics = tally.mismatch.metrics()
     assert metrics["rollout/logprob_diff_mean"].item() == pytest.approx(0.0, abs=1e-5)
