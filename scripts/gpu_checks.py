@@ -166,6 +166,46 @@ def check_mismatch(device: str) -> str:
     return _pytest("tests/plugins/test_vllm_top_p.py", "-m", "vllm")
 
 
+def check_update(device: str) -> str:
+    """The update's GPU paths: the fused log-prob head under bf16 autocast on CUDA against the
+    checkpointed chunks it replaced (values and gradients), and the step clock's CUDA events
+    against the host's clock around a synchronised matmul."""
+    if device != "cuda":
+        raise Skip("on the CPU: tests/trainer/test_head.py, tests/trainer/test_flops.py")
+    import torch
+    from test_head import checkpointed, run
+
+    from lit_rag.trainer.head import head_logprobs
+    from lit_rag.trainer.phases import Clock
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(256, 32_000, bias=False, device=device)
+    hidden = torch.randn(1_000, 256, device=device)
+    targets = torch.randint(0, 32_000, (1_000,), device=device)
+    weights = torch.randn(1_000, device=device)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ours, our_grads = run(head_logprobs, head, hidden, targets, weights, chunk_tokens=256)
+        theirs, their_grads = run(checkpointed, head, hidden, targets, weights, chunk=256,
+                                  temperature=1.0, softcap=None)  # fmt: skip
+    value_gap = float((ours - theirs).abs().max())
+    grad_gap = max(  # relative to each gradient's largest element (bf16 rounds at ~4e-3)
+        float((a - b).abs().max() / b.abs().max())
+        for a, b in zip(our_grads, their_grads, strict=True)
+    )
+    assert value_gap < 1e-2 and grad_gap < 2e-2, f"values {value_gap:.1e}, grads {grad_gap:.1e}"
+    clock, x = Clock(torch.device(device)), torch.randn(4_096, 4_096, device=device)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with clock("time/matmul_s"):
+        for _ in range(20):
+            x = x @ x / 64.0
+    torch.cuda.synchronize()
+    host_s, device_s = time.perf_counter() - started, float(clock.metrics()["time/matmul_s"])
+    assert 0.5 * host_s < device_s <= 1.05 * host_s, f"events {device_s:.3f} s, host {host_s:.3f} s"
+    clocked = f"clock {device_s:.3f} s of {host_s:.3f} s"
+    return f"head: values {value_gap:.1e}, grads {grad_gap:.1e}; {clocked}"
+
+
 def _pytest(*args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
@@ -183,6 +223,7 @@ CHECKS: dict[str, Callable[[str], str]] = {
     "link": check_link,
     "peak": check_peak,
     "mismatch": check_mismatch,
+    "update": check_update,
 }
 
 

@@ -22,7 +22,8 @@ fi
 # The checks of the paths no CPU takes, one line each (PASS / FAIL / SKIP with its figure):
 # fp32 master weights and their step at lr 1e-6, FSDP CPU offload accumulating as without it,
 # the dense index's GPU placement, a rollout worker killed mid-push over NCCL, the sharded
-# log-prob pass's peak at a 151,936-token vocabulary, vLLM's top-p log-probs like with like.
+# log-prob pass's peak at a 151,936-token vocabulary, vLLM's top-p log-probs like with like,
+# the fused log-prob head under bf16 autocast and the step clock's CUDA events.
 case "${1:-}" in
   checks) exec python scripts/gpu_checks.py ;;
   "") python scripts/gpu_checks.py || echo "gpu_smoke: a check failed (above); the runs follow" ;;

@@ -99,6 +99,11 @@ class UpdateSettings:
     pad_id: int = 0
 
 
+def _key(rows: torch.Tensor) -> tuple[int, ...]:
+    """A micro-batch's key in a step's packs (:attr:`Plan.packs`): its rows."""
+    return tuple(rows.tolist())
+
+
 def _balanced(slices: list[torch.Tensor], count: int, unit: int) -> list[torch.Tensor]:
     """:func:`~lit_rag.models.packing.balance` on micro-batches of row-index tensors."""
     if len(slices) >= count:
@@ -181,7 +186,7 @@ class Update:
         and no row is padded to the rollout's longest prompt or completion. With ``packs`` (a
         step's) and the micro-batch's ``rows``, each micro-batch is packed and moved to the
         device once for the reference, pi_old and every pass."""
-        key = tuple(rows.tolist()) if packs is not None and rows is not None else None
+        key = _key(rows) if packs is not None and rows is not None else None
         if key is not None and key in packs:
             return packs[key]
         packed = self._pack(batch, width)
@@ -436,9 +441,7 @@ class Update:
             return None
         algorithm = self.algorithm
         forwards = int(algorithm.needs_reference) + int(algorithm.mu * algorithm.steps_per_pass > 1)
-        fixed = [
-            plan.packs[tuple(s.tolist())] for s in plan.slices if tuple(s.tolist()) in plan.packs
-        ]
+        fixed = [plan.packs[_key(s)] for s in plan.slices if _key(s) in plan.packs]
         positions = sum(p.real_tokens for p in fixed)
         predicted = sum(len(p.targets) for p in fixed)
         trains = not has_adapters(self.model)
